@@ -1,0 +1,302 @@
+"""The memory waterfall of one GPU, from what is on the box down to the KV cache.
+
+vLLM sizes the KV cache from what is left once everything else has been measured (``gpu_worker.py``,
+``determine_available_memory``)::
+
+    requested    = total * gpu_memory_utilization
+    available_kv = requested - weights - activation_peak - non_torch - cudagraph_estimate
+
+``total`` is what torch reports for the device (276.62 GiB on a GB300), not the box's marketing
+capacity (279 GB). The CUDA context is already in use when vLLM takes its first memory snapshot, so it
+sits inside the ``1 - gpu_memory_utilization`` reserve and is *not* subtracted: that is how the article's
+table 3 adds up. The article's prose subtracts it anyway; :meth:`Waterfall.kv_cache` shows both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from pdtune.errors import InputError
+from pdtune.model import ModelSpec
+from pdtune.params import count_parameters, weight_bytes
+from pdtune.units import GiB, MiB, cdiv
+from pdtune.versions import at_least
+
+
+class Accounting(StrEnum):
+    """Which arithmetic turns the parts into a KV cache size."""
+
+    VLLM = "vllm"  # vLLM's own: the CUDA context lives inside the reserve (article table 3)
+    ARTICLE_PROSE = "article-prose"  # the article's text: the CUDA context subtracted on top
+
+
+@dataclass(frozen=True)
+class WaterfallStep:
+    """One bar of the waterfall: ``label`` takes ``bytes`` away from what was left before it."""
+
+    key: str
+    label: str
+    bytes: int
+    remaining_after: int
+
+
+@dataclass(frozen=True)
+class Waterfall:
+    """Memory of one GPU (one vLLM worker), every part in bytes.
+
+    ``capacity`` and ``driver`` only explain where ``total`` comes from; vLLM never sees them.
+    """
+
+    total: int
+    gpu_memory_utilization: float
+    weights: int
+    activation_peak: int
+    non_torch: int
+    cudagraph_estimate: int
+    cuda_context: int = 0
+    capacity: int | None = None
+    driver: int | None = None
+    source: str = field(default="", compare=False)
+    version: str = "0.26"  # vLLM line whose rounding of ``requested`` applies (the article ran 0.26.1)
+
+    def __post_init__(self) -> None:
+        for name in ("total", "weights", "activation_peak", "non_torch", "cudagraph_estimate", "cuda_context"):
+            value = getattr(self, name)
+            if value < 0:
+                raise InputError(self.source or "waterfall", name, f"must not be negative, got {value}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InputError(
+                self.source or "waterfall",
+                "gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}",
+            )
+
+    @property
+    def requested(self) -> int:
+        """``total * gpu_memory_utilization``: rounded up from 0.20 (``request_memory``), truncated in 0.11."""
+        exact = self.total * self.gpu_memory_utilization
+        return math.ceil(exact) if at_least(self.version, "0.20") else int(exact)
+
+    @property
+    def reserve(self) -> int:
+        """The ``1 - gpu_memory_utilization`` share vLLM leaves alone (activation spikes, graph overrun)."""
+        return self.total - self.requested
+
+    @property
+    def overhead(self) -> int:
+        """Everything vLLM subtracts from ``requested`` besides the weights."""
+        return self.activation_peak + self.non_torch + self.cudagraph_estimate
+
+    def kv_cache(self, accounting: Accounting | str = Accounting.VLLM) -> int:
+        """Bytes left for the KV cache; negative means the engine would refuse to start."""
+        kv = self.requested - self.weights - self.overhead
+        if Accounting(accounting) is Accounting.ARTICLE_PROSE:
+            kv -= self.cuda_context
+        return kv
+
+    def steps(self, accounting: Accounting | str = Accounting.VLLM) -> list[WaterfallStep]:
+        """The bars of the waterfall, top to bottom, ending with the KV cache."""
+        parts: list[tuple[str, str, int]] = []
+        if self.capacity is not None and self.driver is not None:
+            parts.append(("driver", "driver and firmware", self.capacity - self.total))
+        parts.append(("reserve", f"reserve (1 - {self.gpu_memory_utilization:g})", self.reserve))
+        if Accounting(accounting) is Accounting.ARTICLE_PROSE:
+            parts.append(("cuda_context", "CUDA context", self.cuda_context))
+        parts += [
+            ("non_torch", "non-torch (NCCL, allocator)", self.non_torch),
+            ("weights", "weights", self.weights),
+            ("activation_peak", "activation peak", self.activation_peak),
+            ("cudagraph_estimate", "CUDA-graph estimate", self.cudagraph_estimate),
+        ]
+        left = self.capacity if self.capacity is not None and self.driver is not None else self.total
+        steps = []
+        for key, label, size in parts:
+            left -= size
+            steps.append(WaterfallStep(key, label, size, left))
+        return steps
+
+    def with_utilization(self, gpu_memory_utilization: float) -> Waterfall:
+        return replace(self, gpu_memory_utilization=gpu_memory_utilization)
+
+    def to_dict(self, accounting: Accounting | str = Accounting.VLLM) -> dict[str, float | int | str | None]:
+        """GiB at the edge, for JSON and tables."""
+        return {
+            "total_gib": self.total / GiB,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "requested_gib": self.requested / GiB,
+            "reserve_gib": self.reserve / GiB,
+            "cuda_context_gib": self.cuda_context / GiB,
+            "non_torch_gib": self.non_torch / GiB,
+            "weights_gib": self.weights / GiB,
+            "activation_peak_gib": self.activation_peak / GiB,
+            "cudagraph_estimate_gib": self.cudagraph_estimate / GiB,
+            "kv_cache_gib": self.kv_cache(accounting) / GiB,
+            "accounting": str(Accounting(accounting)),
+            "source": self.source,
+        }
+
+
+# ------------------------------------------------------------------------------------- CUDA graphs
+
+
+class CUDAGraphMode(StrEnum):
+    """``compilation_config.cudagraph_mode`` values that decide which graphs are captured."""
+
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"  # what the article measured: full graphs of pure-decode batches
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"  # vLLM's default: the above plus piecewise graphs of mixed batches
+    PIECEWISE = "PIECEWISE"
+    NONE = "NONE"
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """The graphs one engine captures; their count drives vLLM's memory estimate."""
+
+    capture_sizes: tuple[int, ...]  # compilation_config.cudagraph_capture_sizes, after spec rounding
+    full_sizes: tuple[int, ...]  # FULL graphs of uniform decode batches (tokens per graph)
+    piecewise_sizes: tuple[int, ...]  # PIECEWISE graphs of mixed batches
+    max_capture_size: int
+    decode_query_len: int
+
+    @property
+    def count(self) -> int:
+        return len(self.full_sizes) + len(self.piecewise_sizes)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "count": self.count,
+            "sizes": list(self.full_sizes or self.piecewise_sizes),
+            "full": len(self.full_sizes),
+            "piecewise": len(self.piecewise_sizes),
+            "capture_sizes": list(self.capture_sizes),
+            "max_capture_size": self.max_capture_size,
+            "decode_query_len": self.decode_query_len,
+        }
+
+
+def capture_sizes(max_capture_size: int, max_num_batched_tokens: int) -> list[int]:
+    """vLLM's default capture list below ``max_capture_size``: 1, 2, 4, then every 8 to 248, every 16 from 256.
+
+    ``max_num_batched_tokens`` caps the list and is added when it fits (``_set_cudagraph_sizes``).
+    """
+    ceiling = min(max_capture_size, max_num_batched_tokens)
+    sizes = [n for n in (1, 2, 4) if n <= ceiling]
+    sizes += list(range(8, min(ceiling + 1, 256), 8))
+    sizes += list(range(256, ceiling + 1, 16))
+    if max_num_batched_tokens <= ceiling and max_num_batched_tokens not in sizes:
+        sizes.append(max_num_batched_tokens)
+    return sorted(set(sizes))
+
+
+def cudagraph_plan(
+    max_num_seqs: int,
+    *,
+    num_speculative_tokens: int = 0,
+    max_capture_size: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    mode: CUDAGraphMode | str = CUDAGraphMode.FULL_DECODE_ONLY,
+) -> GraphPlan:
+    """Which CUDA graphs an engine captures (vLLM 0.33 ``_set_cudagraph_sizes`` and the graph dispatcher).
+
+    Defaults follow the article's decode test runs: ``max_capture_size = max_num_seqs * (1 + spec)``
+    (set with ``max-cudagraph-capture-size``) and ``max_num_batched_tokens = max_num_seqs * (1 + spec) + 16``.
+    With speculative decoding every size is rounded up to a multiple of ``1 + spec`` (a decode batch is
+    that many tokens per request); FULL decode graphs cover ``1 + spec`` to ``max_num_seqs * (1 + spec)``.
+    """
+    if max_num_seqs <= 0:
+        raise InputError("--max-num-seqs", "max_num_seqs", f"must be positive, got {max_num_seqs}")
+    if num_speculative_tokens < 0:
+        raise InputError("--num-speculative-tokens", "num_speculative_tokens", "must not be negative")
+    q = 1 + num_speculative_tokens
+    max_capture = max_capture_size if max_capture_size is not None else max_num_seqs * q
+    mnbt = max_num_batched_tokens if max_num_batched_tokens is not None else max_num_seqs * q + 16
+    for flag, value in (("--max-capture-size", max_capture), ("--max-num-batched-tokens", mnbt)):
+        if value <= 0:
+            raise InputError(flag, flag.lstrip("-").replace("-", "_"), f"must be positive, got {value}")
+    sizes = capture_sizes(max_capture, mnbt)
+    ceiling = sizes[-1]
+    if q > 1:  # adjust_cudagraph_sizes_for_spec_decode
+        rounded = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= ceiling})
+        sizes = rounded or ([q] if q <= ceiling else [])
+        if not sizes:
+            raise InputError("--max-capture-size", "max_capture_size",
+                             f"no capture size is a multiple of {q} (1 + speculative tokens) below {ceiling}")
+    graph_mode = CUDAGraphMode(mode)
+    full: tuple[int, ...] = ()
+    piecewise: tuple[int, ...] = ()
+    if graph_mode in (CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE):
+        full = tuple(s for s in sizes if q <= s <= q * max_num_seqs)
+    if graph_mode in (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.PIECEWISE):
+        piecewise = tuple(sizes)
+    return GraphPlan(tuple(sizes), full, piecewise, sizes[-1], q)
+
+
+def cudagraph_estimate(first_capture: int, per_graph: int, count: int) -> int:
+    """vLLM's reservation for ``count`` graphs: the largest graph's memory plus ``count - 1`` increments.
+
+    The increment is what the second-largest capture added; vLLM floors it at 1 MiB of driver overhead.
+    """
+    if count <= 0:
+        return 0
+    return first_capture + (count - 1) * max(per_graph, MiB)
+
+
+def implied_increment(estimate: int, first_capture: int, count: int) -> float:
+    """Invert :func:`cudagraph_estimate`: the per-graph increment a logged estimate implies."""
+    return (estimate - first_capture) / (count - 1) if count > 1 else 0.0
+
+
+# ------------------------------------------------------------------------------------- weights per GPU
+
+
+@dataclass(frozen=True)
+class WeightsPerGpu:
+    """Weight bytes one GPU holds under a parallel layout, by component."""
+
+    by_component: dict[str, int]
+    tp: int
+    expert_shards: int
+    mtp: bool
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_component.values())
+
+    def gib(self) -> dict[str, float]:
+        return {k: v / GiB for k, v in self.by_component.items()}
+
+
+def weights_per_gpu(spec: ModelSpec, *, tp: int, ep: int | None = None, mtp: bool = False) -> WeightsPerGpu:
+    """Bytes of weights on one GPU when attention runs TP-``tp`` and experts split ``ep`` ways.
+
+    ``ep=None`` means no expert parallelism: each expert is itself TP-sharded, which costs the same bytes
+    per GPU as ``ep=tp``. Routers and norms are replicated on every rank; GQA k/v projections stop
+    shrinking once TP exceeds the KV heads (vLLM replicates the heads). ``mtp`` adds the draft layers.
+    """
+    if tp <= 0:
+        raise InputError("--tp", "tp", f"must be positive, got {tp}")
+    shards = ep if ep is not None else tp
+    if shards <= 0:
+        raise InputError("--ep", "ep", f"must be positive, got {shards}")
+    params = count_parameters(spec)
+    count = params.main + params.mtp if mtp else params.main
+    full = weight_bytes(spec, count).by_component
+    kv_split = tp
+    if spec.attention is not None and spec.attention.num_kv_heads < tp:
+        kv_split = spec.attention.num_kv_heads
+    divisor = {
+        "embedding": tp,
+        "attention": tp,
+        "attention_kv": kv_split,
+        "gdn": tp,
+        "mamba": tp,
+        "dense_mlp": tp,
+        "shared_experts": tp,
+        "experts": shards,
+        "router": 1,
+        "norms": 1,
+    }
+    per_gpu = {name: cdiv(size, divisor[name]) for name, size in full.items()}
+    return WeightsPerGpu(per_gpu, tp, shards, mtp)
