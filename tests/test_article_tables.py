@@ -113,3 +113,33 @@ def test_non_weight_overhead_readings() -> None:
     assert everything_else.max() == pytest.approx(36.26) and everything_else.idxmax() == 7
     measured = t3.cuda_context_gib + t3.non_torch_gib + t3.activation_peak_gib + t3.cudagraph_estimate_gib
     assert measured.min() == pytest.approx(4.74) and measured.max() == pytest.approx(17.26)
+
+
+def test_recomputed_frames_match_published_columns() -> None:
+    from pdtune import article
+
+    t3 = article.table3_recomputed()
+    assert all(_within_one_unit(a, b, 2) for a, b in zip(t3.kv_cache_gib, t3.published_kv_cache_gib, strict=True))
+    assert (t3.requests_article - t3.published_requests_per_engine).abs().max() < 0.1
+    t2 = article.table2_recomputed()
+    assert list(t2.graphs) == list(t2.published_graphs)
+    assert list(t2.unused_pct) == list(t2.published_unused_pct)
+
+
+def test_requests_per_engine_under_vllm_tp_sharding() -> None:
+    """Run 7 (TP4DP4, no MTP) by hand, vLLM 0.26 on one TP-4 rank.
+
+    attention: max(1, 4 // 4) = 1 KV head x 256 x 2 x 1 B = 512 B/token
+    GDN: conv 3 x 20480/4 x 2 = 30,720; SSM 32 x 128 x 128 x 2 = 1,048,576 -> 1,079,296 B
+    block 16 x ceil(1,079,296 / 8,192) = 16 x 132 = 2112; page 2112 x 512 = 1,081,344 B
+    per request (5 + 3) x 23 x 1,081,344 = 198,967,296 B = 189.75 MiB
+    KV 133.9604 GiB = 143,838,884,240 B // (23 x 1,081,344) = 5783 blocks -> 5783 / 8 = 722.875
+    """
+    from pdtune import article
+
+    t3 = article.table3_recomputed().set_index("run")
+    assert t3.loc[7, "mib_per_request_rank"] == pytest.approx(198_967_296 / 2**20)
+    kv = article.waterfall_of(article.table(3).iloc[6]).kv_cache()
+    assert kv // (23 * 1_081_344) == 5783
+    assert t3.loc[7, "requests_vllm"] == pytest.approx(5783 / 8)
+    assert t3.loc[7, "requests_vllm"] > 4 * t3.loc[7, "published_requests_per_engine"]

@@ -55,7 +55,8 @@ def test_qwen3_next_follows_full_attention_interval() -> None:
     # 80B total, 3B active: the name is the check.
     params = count_parameters(m)
     assert params.main.total == pytest.approx(80e9, rel=0.03)
-    assert params.active_per_token == pytest.approx(3e9, rel=0.15)
+    # "A3B": about 3 B active parameters besides the embeddings
+    assert params.active_per_token - params.main.embedding == pytest.approx(3e9, rel=0.1)
 
 
 def test_nemotron_pattern() -> None:
@@ -72,7 +73,7 @@ def test_deepseek_v3_is_mla() -> None:
     assert m.mla is not None and m.mla.latent_dim == 576
     assert m.num_mtp_layers == 1
     assert sum(m.moe_layers) == 58  # first_k_dense_replace = 3
-    assert count_parameters(m).total == pytest.approx(671e9, rel=0.01)
+    assert count_parameters(m).main.total == pytest.approx(671e9, rel=0.005)  # 671 B besides the MTP module
 
 
 def test_gpt_oss_alternates_sliding_and_full() -> None:

@@ -403,11 +403,11 @@ def _weights(cfg: _Config, dtype: str) -> WeightFormat:
     raise InputError(cfg.source, "quantization_config.quant_method", f"unsupported quantization {method or algo!r}")
 
 
-def _mtp_layers(cfg: _Config) -> int:
+def _mtp_layers(cfg: _Config, default: int = 0) -> int:
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
         if cfg.has(key):
             return cfg.int(key, minimum=0)
-    return 0
+    return default
 
 
 def _dense(cfg: _Config, common: dict[str, Any]) -> ModelSpec:
@@ -509,7 +509,8 @@ def _gdn_hybrid(cfg: _Config, common: dict[str, Any]) -> ModelSpec:
         moe_layers=moe_layers,
         intermediate_size=cfg.int("intermediate_size") if not all(moe_layers) else 0,
         mamba_ssm_dtype=str(ssm_dtype) if ssm_dtype is not None else None,
-        num_mtp_layers=_mtp_layers(cfg),
+        # Qwen3-Next/3.5 checkpoints ship one MTP layer; vLLM assumes 1 when the config does not say.
+        num_mtp_layers=_mtp_layers(cfg, default=1),
     )
 
 

@@ -1,0 +1,142 @@
+"""The article's tables, read from ``data/article/`` and recomputed side by side with pdtune's numbers.
+
+Chapters 1-4 print these frames; the tests pin them. Columns named ``published_*`` come from the article,
+everything else is computed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import pandas as pd
+
+from pdtune.memory import Accounting, Waterfall, cudagraph_plan, weights_per_gpu
+from pdtune.model import ModelSpec, load_model
+from pdtune.paths import article_dir
+from pdtune.state import StatePlan, plan_state
+from pdtune.units import GiB, MiB, from_gib
+
+MODEL = "qwen3.8-2.4t"
+ISL, OSL = 8192, 1024
+KV_CACHE_DTYPE = "fp8"
+#: the vLLM the article ran (v0.26.1rc1.dev1177+ga9a17e709); its per-request arithmetic is 0.11's
+ARTICLE_VLLM = "0.26.1"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The two engine layouts of tables 1-3."""
+
+    name: str
+    tp: int  # attention tensor parallelism: what shards the KV cache and GDN state
+    expert_shards: int  # GPUs the experts are spread over
+
+
+TOPOLOGIES = {"TP8": Topology("TP8", 8, 8), "TP4DP4": Topology("TP4DP4", 4, 16)}
+
+
+@cache
+def constants() -> dict[str, float]:
+    frame = pd.read_csv(article_dir() / "constants.csv")
+    return dict(zip(frame["name"], frame["value"].astype(float), strict=True))
+
+
+def table(number: int) -> pd.DataFrame:
+    names = {1: "table1_activation_peak.csv", 2: "table2_cuda_graphs.csv", 3: "table3_memory_per_engine.csv"}
+    return pd.read_csv(article_dir() / names[number])
+
+
+def article_plan(*, vllm: str = "0.11", tp: int = 1, num_speculative_tokens: int = 0,
+                 prefix_caching: bool = False, model: ModelSpec | None = None) -> StatePlan:
+    """Per-request state of the article's workload (ISL 8192 + OSL 1024, fp8 KV cache)."""
+    return plan_state(
+        model or load_model(MODEL),
+        max_model_len=ISL + OSL,
+        kv_cache_dtype=KV_CACHE_DTYPE,
+        tp=tp,
+        vllm=vllm,
+        num_speculative_tokens=num_speculative_tokens,
+        prefix_caching=prefix_caching,
+    )
+
+
+def waterfall_of(row: pd.Series, *, total_gib: float | None = None, utilization: float | None = None) -> Waterfall:
+    """One run of table 3 as a :class:`Waterfall` (GiB inputs as printed)."""
+    c = constants()
+    return Waterfall(
+        total=from_gib(total_gib if total_gib is not None else c["total_memory"]),
+        gpu_memory_utilization=utilization if utilization is not None else c["gpu_memory_utilization"],
+        weights=from_gib(row["weights_gib"]),
+        activation_peak=from_gib(row["activation_peak_gib"]),
+        non_torch=from_gib(row["non_torch_gib"]),
+        cudagraph_estimate=from_gib(row["cudagraph_estimate_gib"]),
+        cuda_context=from_gib(row["cuda_context_gib"]),
+        capacity=round(c["box_capacity"] * 1e9),
+        driver=from_gib(c["driver_overhead"]),
+        source=f"article table 3, run {int(row['run'])}",
+        version=ARTICLE_VLLM,
+    )
+
+
+def table2_recomputed() -> pd.DataFrame:
+    """Table 2 with our graph counts and the unused columns recomputed from reserved and actual."""
+    t2 = table(2)
+    t2["graphs"] = [
+        cudagraph_plan(int(r.max_num_seqs), num_speculative_tokens=int(r.num_speculative_tokens)).count
+        for r in t2.itertuples()
+    ]
+    t2["unused_gib"] = (t2["reserved_gib"] - t2["actual_gib"]).round(2)
+    t2["unused_pct"] = (100 * (t2["reserved_gib"] - t2["actual_gib"]) / t2["actual_gib"]).round(0).astype(int)
+    return t2[["run", "topology", "mtp", "max_num_seqs", "graphs", "published_graphs", "reserved_gib", "actual_gib",
+               "unused_gib", "published_unused_gib", "unused_pct", "published_unused_pct"]]
+
+
+def table3_recomputed() -> pd.DataFrame:
+    """Table 3: KV cache by vLLM's accounting and by the prose's, and requests per engine three ways.
+
+    ``requests_article`` divides by the article's 759 MiB (one whole, unsharded request);
+    ``requests_vllm`` is vLLM's max concurrency on one TP rank of the engine under the article's vLLM
+    (0.26: TP-sharded state, ``1 + spec`` GDN states with MTP, the MTP layer's attention in the cache,
+    no prefix caching).
+    """
+    t3 = table(3)
+    per_request = article_plan().bytes_per_request
+    rows = []
+    for _, row in t3.iterrows():
+        w = waterfall_of(row)
+        kv = w.kv_cache(Accounting.VLLM)
+        topo = TOPOLOGIES[row["topology"]]
+        spec = int(row["num_speculative_tokens"])
+        rank = article_plan(vllm=ARTICLE_VLLM, tp=topo.tp, num_speculative_tokens=spec)
+        rows.append({
+            "run": int(row["run"]),
+            "topology": row["topology"],
+            "mtp": bool(row["mtp"]),
+            "kv_cache_gib": kv / GiB,
+            "published_kv_cache_gib": row["published_kv_cache_gib"],
+            "kv_cache_prose_gib": w.kv_cache(Accounting.ARTICLE_PROSE) / GiB,
+            "requests_article": kv / per_request,
+            "published_requests_per_engine": row["published_requests_per_engine"],
+            "mib_per_request_rank": rank.bytes_per_request / MiB,
+            "requests_vllm": rank.capacity(kv).max_concurrency,
+        })
+    return pd.DataFrame(rows)
+
+
+def weights_recomputed() -> pd.DataFrame:
+    """Weights per GPU from the derived config versus table 3, with the residual."""
+    model = load_model(MODEL)
+    t3 = table(3).drop_duplicates(["topology", "mtp"])
+    rows = []
+    for _, row in t3.iterrows():
+        topo = TOPOLOGIES[row["topology"]]
+        ours = weights_per_gpu(model, tp=topo.tp, ep=topo.expert_shards, mtp=bool(row["mtp"])).total / GiB
+        rows.append({
+            "topology": row["topology"],
+            "mtp": bool(row["mtp"]),
+            "weights_gib": ours,
+            "published_weights_gib": row["weights_gib"],
+            "residual_gib": row["weights_gib"] - ours,
+        })
+    return pd.DataFrame(rows)
