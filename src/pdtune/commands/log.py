@@ -1,0 +1,133 @@
+"""``pdtune log``: what a vLLM start-up log says, per worker, and (with --model) what pdtune predicts."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from pdtune.commands._common import emit_json, fraction, non_negative_float
+from pdtune.errors import InputError
+from pdtune.units import GiB, from_gib
+from pdtune.vllm_log import VllmLog, WorkerLog, cross_check, parse_log
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "log",
+        help="read a vLLM start-up log: memory per worker, KV cache size, graphs; cross-check with --model",
+        description=(
+            "Reads vLLM 0.11-0.33 start-up logs; TP ranks and DP engines are kept apart by their (Name pid=N) "
+            "prefixes. With --model, pdtune's state module predicts each engine's KV cache tokens and maximum "
+            "concurrency from the available memory the log reports, next to the logged values."
+        ),
+    )
+    p.add_argument("file", metavar="VLLM_LOG")
+    p.add_argument("--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
+    p.add_argument("--vllm", metavar="VERSION", help="vLLM line for the cross-check (default: the log's version)")
+    p.add_argument("--total-gib", type=non_negative_float, metavar="G",
+                   help="GPU total memory for the waterfall when the log does not print it (before 0.26)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, metavar="U",
+                   help="for the waterfall when the log does not say it")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    log = parse_log(args.file)
+    total = from_gib(args.total_gib) if args.total_gib else None
+    waterfalls: dict[str, Any] = {}
+    for w in log.memory_workers:
+        try:
+            waterfalls[w.name] = log.waterfall(w.name, total=total, gpu_memory_utilization=args.gpu_memory_utilization)
+        except InputError as exc:
+            waterfalls[w.name] = exc
+    checks = cross_check(log, args.model, vllm=args.vllm) if args.model else []
+    if args.json:
+        emit_json({
+            **log.to_dict(),
+            "waterfalls": {k: (v.to_dict() if not isinstance(v, InputError) else {"error": str(v)})
+                           for k, v in waterfalls.items()},
+            "cross_check": [c.to_dict() for c in checks],
+        })
+        return 0
+    print(_header(log))
+    print(_workers_table(log))
+    for name, wf in waterfalls.items():
+        if isinstance(wf, InputError):
+            print(f"waterfall {name}: not available ({wf.field}: {wf.message})")
+            continue
+        parts = ", ".join(f"{s.key} {s.bytes / GiB:.2f}" for s in wf.steps())
+        print(f"waterfall {name} (GiB): total {wf.total / GiB:.2f}, {parts}, KV cache {wf.kv_cache() / GiB:.2f}")
+        note = wf.source.split(": ", 1)[-1]
+        print(f"  {note}")
+    if checks:
+        print()
+        print(f"cross-check with {args.model} (predicted from the smallest available memory of each engine's ranks):")
+        rows = [("engine", "rank", "avail GiB", "tokens logged", "tokens predicted", "diff",
+                 "max conc. logged", "max conc. predicted")]
+        for c in checks:
+            rows.append((
+                c.engine, c.worker, f"{c.available_kv_cache / GiB:.2f}",
+                _fmt_int(c.logged_kv_cache_tokens), _fmt_int(c.predicted_kv_cache_tokens),
+                _fmt_int(c.tokens_difference),
+                "" if c.logged_max_concurrency is None else f"{c.logged_max_concurrency:.2f}x",
+                f"{c.predicted_max_concurrency:.2f}x",
+            ))
+        print(_table(rows))
+        settings = checks[0].settings
+        print("  settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        for c in checks:
+            for note in c.notes:
+                print(f"  {c.engine}: {note}")
+    return 0
+
+
+def _header(log: VllmLog) -> str:
+    c = log.config
+    bits = [f"vLLM {c.version or '?'}", c.model or "model ?"]
+    for label, value in (("TP", c.tensor_parallel_size), ("DP", c.data_parallel_size),
+                         ("PP", c.pipeline_parallel_size), ("max_model_len", c.max_model_len),
+                         ("kv_cache_dtype", c.kv_cache_dtype), ("speculative tokens", c.num_speculative_tokens),
+                         ("gpu_memory_utilization", c.gpu_memory_utilization), ("block size", c.block_size)):
+        if value is not None:
+            bits.append(f"{label} {value}")
+    if c.enable_prefix_caching is not None:
+        bits.append(f"prefix caching {'on' if c.enable_prefix_caching else 'off'}")
+    return f"{log.path}: " + " | ".join(bits)
+
+
+def _gib(value: int | None) -> str:
+    return "" if value is None else f"{value / GiB:.2f}"
+
+
+def _fmt_int(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+def _worker_row(w: WorkerLog) -> tuple[str, ...]:
+    graphs = ", ".join(f"{g.mode}={g.count}" for g in w.cudagraph_groups)
+    pool = ""
+    if w.cudagraph_pool_actual is not None:
+        pool = f"{_gib(w.cudagraph_pool_actual)}/{_gib(w.cudagraph_pool_estimated)}"
+    block = "" if w.attention_block_size is None else str(w.attention_block_size)
+    if w.mamba_padding_pct is not None:
+        block += f" (+{w.mamba_padding_pct:.2f}%)"
+    return (
+        w.name, _gib(w.weights), graphs, _gib(w.cudagraph_estimate), _gib(w.available_kv_cache),
+        _fmt_int(w.kv_cache_tokens), "" if w.max_concurrency is None else f"{w.max_concurrency:.2f}x",
+        _gib(w.graph_capture_memory), pool, "" if w.init_seconds is None else f"{w.init_seconds:.1f}", block,
+    )
+
+
+def _workers_table(log: VllmLog) -> str:
+    header = ("process", "weights GiB", "graphs", "graph est. GiB", "avail KV GiB", "KV tokens", "max conc.",
+              "capture GiB", "pool act/est GiB", "init s", "attn block")
+    rows = [header] + [row for w in log.workers if any((row := _worker_row(w))[1:])]
+    return _table(rows)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    keep = [i for i in range(len(rows[0])) if any(r[i] for r in rows[1:])]
+    widths = [max(len(r[i]) for r in rows) for i in keep]
+    return "\n".join("  ".join(r[i].ljust(w) for i, w in zip(keep, widths, strict=True)).rstrip() for r in rows)

@@ -1,0 +1,79 @@
+"""SGLang ``bench_serving --output-file``: JSON lines, one line per run (runs append to the same file).
+
+Keys per line: ``backend``, ``dataset_name``, ``max_concurrency``, ``random_input_len``,
+``random_output_len``, ``completed``, ``output_throughput``, ``total_throughput`` (newer releases; older
+ones only ``input_throughput`` + ``output_throughput``), ``{mean,median,std,p99}_{ttft,tpot,itl}_ms``.
+SGLang also writes ``concurrency``: the *measured* mean number of requests in flight, not the setting, so
+``max_concurrency`` is the one used. ISL/OSL are the random-dataset lengths when the dataset is random,
+else the caller's hints, else the measured means.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pdtune.errors import InputError
+from pdtune.results.schema import Row, deployment_fields, number, text, whole
+from pdtune.results.vllm_bench import _PerRequest, name_hints
+
+SOURCE = "sglang"
+
+
+def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None, where: str = "") -> list[Row]:
+    source = str(path)
+    label = f"{source}{where}"
+    hints = name_hints(path) if hints is None else hints
+    completed = whole(record.get("completed"), label, "completed", positive=False)
+    if completed == 0:
+        raise InputError(label, "completed", "no request completed")
+    concurrency = whole(record.get("max_concurrency"), label, "max_concurrency")
+    if concurrency is None:
+        concurrency = hints.get("concurrency")
+    elif "concurrency" in hints and hints["concurrency"] != concurrency:
+        raise InputError(label, "max_concurrency",
+                         f"is {concurrency} but the file name says concurrency {hints['concurrency']}")
+    if concurrency is None:
+        raise InputError(label, "max_concurrency", "missing (a request-rate run has no concurrency)")
+
+    isl = osl = None
+    if str(record.get("dataset_name", "random")).startswith("random"):
+        isl = whole(record.get("random_input_len"), label, "random_input_len")
+        osl = whole(record.get("random_output_len"), label, "random_output_len")
+    isl = isl if isl is not None else hints.get("isl")
+    osl = osl if osl is not None else hints.get("osl")
+    total_in = number(record.get("total_input_tokens"), label, "total_input_tokens")
+    total_out = number(record.get("total_output_tokens"), label, "total_output_tokens")
+    if isl is None and total_in is not None and completed:
+        isl = round(total_in / completed)
+    if osl is None and total_out is not None and completed:
+        osl = round(total_out / completed)
+
+    output_tps = number(record.get("output_throughput"), label, "output_throughput")
+    total_tps = number(record.get("total_throughput"), label, "total_throughput")
+    if total_tps is None:
+        input_tps = number(record.get("input_throughput"), label, "input_throughput")
+        if input_tps is not None and output_tps is not None:
+            total_tps = input_tps + output_tps
+
+    detail = _PerRequest(record, label)
+    ttft_p99 = number(record.get("p99_ttft_ms"), label, "p99_ttft_ms")
+    row: Row = {
+        "source": SOURCE,
+        "path": source,
+        "model": text(record.get("model_id")),
+        "isl": isl,
+        "osl": osl,
+        "concurrency": concurrency,
+        "total_tps": total_tps,
+        "output_tps": output_tps,
+        "ttft_ms_p50": number(record.get("median_ttft_ms"), label, "median_ttft_ms"),
+        "ttft_ms_p99": ttft_p99 if ttft_p99 is not None else detail.ms("ttft", 99),
+        "tpot_ms_p50": number(record.get("median_tpot_ms"), label, "median_tpot_ms"),
+        "tpot_ms_mean": number(record.get("mean_tpot_ms"), label, "mean_tpot_ms"),
+        "tpot_ms_p99": number(record.get("p99_tpot_ms"), label, "p99_tpot_ms"),
+        "_label": label,
+        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput"},
+    }
+    row.update(deployment_fields(record, label))
+    return [row]

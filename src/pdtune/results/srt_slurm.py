@@ -1,0 +1,268 @@
+"""srt-slurm output trees (NVIDIA/srt-slurm): per-concurrency result files, job metadata, the rollup CSV.
+
+Layout of one job::
+
+    outputs/<job_id>/<job_id>.json                      job metadata: resources, benchmark isl/osl
+    outputs/<job_id>/logs/sa-bench_isl_<ISL>_osl_<OSL>/
+        results_concurrency_<C>_gpus_<T>_ctx_<P>_gen_<D>.json   disaggregated (T = P + D)
+        results_concurrency_<C>_gpus_<T>.json                   aggregated
+    outputs/<job_id>/logs/benchmark-rollup.csv          one row per concurrency
+
+Older trees name files ``concurrency_<C>.json`` or ``concurrency_<C>_req_rate_<R>.json`` (in
+``vllm_isl_*`` / ``sglang_isl_*`` folders) or ``isl_<I>_osl_<O>_concurrency_<C>_req_rate_<R>[_ctx<P>_gen<D>].json``.
+A result file holds vLLM ``--save-result`` JSON or SGLang ``bench_serving`` lines; its ``source`` is
+``srt-slurm`` either way. GPU counts come from the file name, else from the metadata's worker counts
+(``prefill_workers * gpus_per_prefill`` and so on, as srt-slurm's own rollup computes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdtune.errors import InputError
+from pdtune.results import sglang, vllm_bench
+from pdtune.results._read import read_csv, read_records
+from pdtune.results.gpus import GpuCounts
+from pdtune.results.schema import Row, as_dict, number, text, whole
+
+SOURCE = "srt-slurm"
+ROLLUP_SOURCE = "srt-slurm-rollup"
+ROLLUP_NAME = "benchmark-rollup.csv"
+
+_RESULT = re.compile(r"^results_concurrency_(?P<c>\d+)_gpus_(?P<t>\d+)(?:_ctx_(?P<p>\d+)_gen_(?P<d>\d+))?\.json$")
+_OLD = re.compile(
+    r"^(?:isl_(?P<isl>\d+)_osl_(?P<osl>\d+)_)?concurrency_(?P<c>\d+)(?:_req_rate_(?P<rate>[A-Za-z0-9.]+?))?"
+    r"(?:_ctx(?P<p>\d+)_gen(?P<d>\d+)|_gpus(?P<t>\d+))?\.jsonl?$"
+)
+_BENCH_DIR = re.compile(r"(?:^|_)isl_(?P<isl>\d+)_osl_(?P<osl>\d+)$")
+ROLLUP_COLUMNS = ("Concurrency", "Total Token Throughput", "Output Token Throughput", "Median TPOT")
+
+
+def is_result_name(name: str) -> bool:
+    return bool(_RESULT.match(name) or _OLD.match(name))
+
+
+def is_rollup_header(header: list[str]) -> bool:
+    return all(c in header for c in ROLLUP_COLUMNS)
+
+
+@dataclass(frozen=True)
+class JobMetadata:
+    """What ``<job_id>.json`` says about the deployment."""
+
+    path: str
+    gpus: GpuCounts | None
+    n_prefill_workers: int | None
+    n_decode_workers: int | None
+    model: str | None
+    isl: int | None
+    osl: int | None
+
+
+def is_metadata(record: dict[str, Any]) -> bool:
+    return ("job_id" in record or "resources" in record) and "max_concurrency" not in record
+
+
+def parse_metadata(path: Path, record: dict[str, Any]) -> JobMetadata:
+    source = str(path)
+    res = as_dict(record.get("resources"))
+
+    def count(key: str) -> int:
+        return whole(res.get(key), source, f"resources.{key}", positive=False) or 0
+
+    prefill = count("prefill_workers") * count("gpus_per_prefill")
+    decode = count("decode_workers") * count("gpus_per_decode")
+    agg = count("agg_workers") * count("gpus_per_agg") or count("agg_nodes") * count("gpus_per_node")
+    gpus: GpuCounts | None = None
+    if prefill and decode:
+        gpus = GpuCounts.disaggregated(prefill, decode)
+    elif agg:
+        gpus = GpuCounts.aggregated(agg)
+    bench = as_dict(record.get("benchmark"))
+    model = record.get("model")
+    return JobMetadata(
+        path=source,
+        gpus=gpus,
+        n_prefill_workers=count("prefill_workers") or None,
+        n_decode_workers=count("decode_workers") or None,
+        model=text(model.get("path")) if isinstance(model, dict) else text(model),
+        isl=whole(bench.get("isl"), source, "benchmark.isl"),
+        osl=whole(bench.get("osl"), source, "benchmark.osl"),
+    )
+
+
+class MetadataFinder:
+    """``<job_id>.json`` beside the ``sa-bench_*`` folders or one level up, cached per folder."""
+
+    def __init__(self) -> None:
+        self._by_dir: dict[Path, JobMetadata | None] = {}
+
+    def near(self, result: Path) -> JobMetadata | None:
+        for folder in list(result.parents)[:3]:
+            found = self._in(folder)
+            if found is not None:
+                return found
+        return None
+
+    def _in(self, folder: Path) -> JobMetadata | None:
+        if folder in self._by_dir:
+            return self._by_dir[folder]
+        found = None
+        candidates = [folder / f"{folder.name}.json"]
+        with contextlib.suppress(OSError):
+            candidates += sorted(p for p in folder.glob("*.json") if p.stem.isdigit())
+        for candidate in candidates:
+            if not candidate.is_file():
+                continue
+            try:
+                record = json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue  # not the metadata; a broken metadata file is reported when loaded directly
+            if isinstance(record, dict) and is_metadata(record):
+                found = parse_metadata(candidate, record)
+                break
+        self._by_dir[folder] = found
+        return found
+
+
+def _name_hints(path: Path) -> tuple[dict[str, int], GpuCounts | None]:
+    hints: dict[str, int] = {}
+    gpus = None
+    hit = _RESULT.match(path.name) or _OLD.match(path.name)
+    if hit:
+        groups = hit.groupdict()
+        hints["concurrency"] = int(groups["c"])
+        if groups.get("isl"):
+            hints["isl"], hints["osl"] = int(groups["isl"]), int(groups["osl"])
+        source = f"{path} (file name)"
+        if groups.get("p") is not None:
+            prefill, decode = int(groups["p"]), int(groups["d"])
+            total = int(groups["t"]) if groups.get("t") else prefill + decode
+            if prefill + decode != total or total == 0:
+                raise InputError(source, "gpus", f"ctx {prefill} + gen {decode} != gpus {total}")
+            gpus = GpuCounts.disaggregated(prefill, decode) if prefill and decode else GpuCounts.aggregated(total)
+        elif groups.get("t") is not None:
+            if int(groups["t"]) == 0:
+                raise InputError(source, "gpus", "is 0")
+            gpus = GpuCounts.aggregated(int(groups["t"]))
+    if "isl" not in hints and (folder := _BENCH_DIR.search(path.parent.name)):
+        hints["isl"], hints["osl"] = int(folder.group("isl")), int(folder.group("osl"))
+    return hints, gpus
+
+
+def result_rows(path: Path, metadata: JobMetadata | None) -> list[Row]:
+    hints, gpus = _name_hints(path)
+    if metadata is not None:
+        for key in ("isl", "osl"):
+            meta_value = getattr(metadata, key)
+            if meta_value is not None and key in hints and hints[key] != meta_value:
+                raise InputError(path, key, f"folder says {hints[key]} but {metadata.path} says {meta_value}: "
+                                            "mixed workloads in one job")
+            if meta_value is not None:
+                hints.setdefault(key, meta_value)
+        if gpus is not None and metadata.gpus is not None and gpus != metadata.gpus:
+            raise InputError(path, "gpus", f"file name says {gpus.describe()} but {metadata.path} "
+                                           f"says {metadata.gpus.describe()}")
+        gpus = gpus or metadata.gpus
+    records = read_records(path)
+    out: list[Row] = []
+    for i, record in enumerate(records):
+        where = f" (line {i + 1})" if len(records) > 1 else ""
+        found = vllm_bench.kind(record)
+        if found is None:
+            raise InputError(f"{path}{where}", "max_concurrency", "not a vLLM or SGLang benchmark result")
+        loader = sglang if found == "sglang" else vllm_bench
+        for row in loader.rows(path, record, hints, where):
+            for key in ("isl", "osl"):
+                if key in hints and row.get(key) is not None and row[key] != hints[key]:
+                    raise InputError(row["_label"], key, f"is {row[key]} but the folder name says {hints[key]}: "
+                                                         "mixed workloads")
+            row["source"] = SOURCE
+            if gpus is not None:
+                row["gpus"] = gpus
+            if metadata is not None:
+                row.setdefault("n_prefill_workers", metadata.n_prefill_workers if gpus and gpus.prefill else None)
+                row.setdefault("n_decode_workers", metadata.n_decode_workers if gpus and gpus.prefill else None)
+                row["model"] = row.get("model") or metadata.model
+            out.append(row)
+    return out
+
+
+def rollup_rows(path: Path, metadata: JobMetadata | None) -> list[Row]:
+    header, table = read_csv(path)
+    missing = [c for c in ROLLUP_COLUMNS if c not in header]
+    if missing:
+        raise InputError(path, missing[0], "column missing from the rollup header")
+    isl, osl, model = _rollup_workload(path, metadata)
+    out: list[Row] = []
+    for lineno, values in table:
+        label = f"{path} (line {lineno})"
+        col = {name: number(values.get(name), label, name) for name in
+               ("Total Token Throughput", "Output Token Throughput", "Median TTFT", "Median TPOT")}
+        total = whole(values.get("Total Working GPU Count") or values.get("Total GPU Count"), label,
+                      "Total Working GPU Count")
+        decode = whole(values.get("Decode Working GPU Count") or values.get("Decode GPU Count"), label,
+                       "Decode Working GPU Count", positive=False)
+        prefill = whole(values.get("Prefill Working GPU Count"), label, "Prefill Working GPU Count", positive=False)
+        gpus = None
+        if total is not None:
+            decode = total if decode is None else decode
+            prefill = prefill or total - decode  # nodes known, workers not: the other GPUs prefill
+            if prefill + decode != total or decode > total:
+                raise InputError(label, "Total Working GPU Count",
+                                 f"prefill {prefill} + decode {decode} != total {total}")
+            gpus = GpuCounts(prefill, decode, total)
+        row: Row = {
+            "source": ROLLUP_SOURCE,
+            "path": str(path),
+            "model": model,
+            "isl": isl,
+            "osl": osl,
+            "concurrency": whole(values.get("Concurrency"), label, "Concurrency", required=True),
+            "total_tps": col["Total Token Throughput"],
+            "output_tps": col["Output Token Throughput"],
+            "ttft_ms_p50": col["Median TTFT"],
+            "tpot_ms_p50": col["Median TPOT"],
+            "modeled": False,
+            "_label": label,
+            "_fields": {"tpot_ms_p50": "Median TPOT", "throughput": "Total Token Throughput"},
+        }
+        if gpus is not None:
+            row["gpus"] = gpus
+        if metadata is not None and gpus is not None and gpus.prefill:
+            row["n_prefill_workers"], row["n_decode_workers"] = metadata.n_prefill_workers, metadata.n_decode_workers
+        out.append(row)
+    if not out:
+        raise InputError(path, "rows", "the rollup has a header but no rows")
+    return out
+
+
+def _rollup_workload(path: Path, metadata: JobMetadata | None) -> tuple[int | None, int | None, str | None]:
+    """ISL/OSL and model of a rollup: its JSON twin, the job metadata, or the one sa-bench folder beside it."""
+    isl = osl = None
+    model = None
+    twin = path.with_suffix(".json")
+    if twin.is_file():
+        record = read_records(twin)[0]
+        config = as_dict(record.get("config"))
+        isl = whole(config.get("isl"), str(twin), "config.isl")
+        osl = whole(config.get("osl"), str(twin), "config.osl")
+        model = text(config.get("model"))
+    if metadata is not None:
+        isl = isl if isl is not None else metadata.isl
+        osl = osl if osl is not None else metadata.osl
+        model = model or metadata.model
+    if isl is None:
+        pairs = {(int(h.group("isl")), int(h.group("osl")))
+                 for d in path.parent.iterdir() if d.is_dir() and (h := _BENCH_DIR.search(d.name))}
+        if len(pairs) > 1:
+            raise InputError(path, "isl/osl", f"folder holds several workloads {sorted(pairs)}: cannot tell "
+                                              "which one the rollup summarises")
+        if pairs:
+            isl, osl = pairs.pop()
+    return isl, osl, model

@@ -1,0 +1,168 @@
+"""``vllm bench serve --save-result`` JSON (also what srt-slurm's sa-bench writes).
+
+Keys: ``max_concurrency``, ``completed``, ``total_input_tokens``, ``output_throughput``,
+``total_token_throughput`` and ``{mean,median,std}_{ttft,tpot,itl,e2el}_ms``; percentile keys
+``p{N}_{metric}_ms`` only for the percentiles asked for (default ``99``; older sa-bench wrote a
+``percentiles_{metric}_ms`` list of ``[p, value]`` pairs). With ``--save-detailed`` the per-request arrays
+``ttfts``, ``latencies`` and ``output_lens`` (seconds, tokens) are kept, and a missing percentile is
+computed from them the way vLLM does (TPOT per request = (latency - TTFT) / (output tokens - 1)).
+vLLM does not store ISL/OSL; they come from the caller's hints (folder names), ``--metadata`` keys, or the
+measured means ``total_input_tokens / completed``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdtune.errors import InputError
+from pdtune.results.schema import Row, deployment_fields, number, text, whole
+
+SOURCE = "vllm-bench"
+
+_SGLANG_MARKERS = ("total_output_tokens_retokenized", "input_throughput", "median_e2e_latency_ms", "total_throughput")
+_VLLM_MARKERS = ("total_token_throughput", "median_e2el_ms", "endpoint_type", "burstiness", "tokenizer_id")
+_NAME_CONCURRENCY = re.compile(r"concurrency[_-]?(\d+)", re.IGNORECASE)
+_NAME_ISL_OSL = re.compile(r"isl[_-]?(\d+)[_-]osl[_-]?(\d+)", re.IGNORECASE)
+
+
+def kind(record: dict[str, Any]) -> str | None:
+    """``"vllm"`` or ``"sglang"`` for a serving-benchmark record, else None."""
+    if not any(k in record for k in ("median_tpot_ms", "median_ttft_ms", "output_throughput", "max_concurrency")):
+        return None
+    if any(k in record for k in _SGLANG_MARKERS) and not any(k in record for k in _VLLM_MARKERS):
+        return "sglang"
+    return "vllm"
+
+
+def percentile(record: dict[str, Any], metric: str, p: int, source: str) -> float | None:
+    key = f"p{p}_{metric}_ms"
+    if key in record:
+        return number(record[key], source, key)
+    legacy = record.get(f"percentiles_{metric}_ms")
+    if isinstance(legacy, list):
+        for pair in legacy:
+            if isinstance(pair, (list, tuple)) and len(pair) == 2 and pair[0] == p:
+                return number(pair[1], source, f"percentiles_{metric}_ms[{p}]")
+    return None
+
+
+def name_hints(path: Path) -> dict[str, int]:
+    """Concurrency, ISL and OSL written into the file or folder names, if any."""
+    hints: dict[str, int] = {}
+    for part in (path.name, path.parent.name):
+        if "concurrency" not in hints and (hit := _NAME_CONCURRENCY.search(part)):
+            hints["concurrency"] = int(hit.group(1))
+        if "isl" not in hints and (hit := _NAME_ISL_OSL.search(part)):
+            hints["isl"], hints["osl"] = int(hit.group(1)), int(hit.group(2))
+    return hints
+
+
+class _PerRequest:
+    """The ``--save-detailed`` arrays of successful requests, in seconds."""
+
+    def __init__(self, record: dict[str, Any], source: str) -> None:
+        self.ttft: np.ndarray | None = None
+        self.tpot: np.ndarray | None = None
+        ttfts, lens = record.get("ttfts"), record.get("output_lens")
+        if not isinstance(ttfts, list) or not isinstance(lens, list):
+            return
+        if len(ttfts) != len(lens):
+            raise InputError(source, "ttfts", f"has {len(ttfts)} entries, output_lens has {len(lens)}")
+        errors = record.get("errors")
+        failed = [bool(e) for e in errors] if isinstance(errors, list) and len(errors) == len(lens) else []
+        try:
+            ttft = np.asarray(ttfts, dtype=np.float64)
+            out = np.asarray(lens, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(source, "ttfts", "per-request arrays must hold numbers") from None
+        if ttft.ndim != 1 or not (np.isfinite(ttft).all() and np.isfinite(out).all()):
+            raise InputError(source, "ttfts", "per-request arrays hold NaN, infinite or nested values")
+        ok = out > 0
+        if failed:
+            ok &= ~np.asarray(failed, dtype=bool)
+        self.ttft = ttft[ok]
+        latencies = record.get("latencies")
+        if isinstance(latencies, list) and len(latencies) == len(lens):
+            try:
+                lat = np.asarray(latencies, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(source, "latencies", "must hold numbers") from None
+            if lat.ndim != 1 or not np.isfinite(lat).all():
+                raise InputError(source, "latencies", "holds NaN, infinite or nested values")
+            many = ok & (out > 1)
+            self.tpot = (lat[many] - ttft[many]) / (out[many] - 1)
+
+    def ms(self, which: str, q: float) -> float | None:
+        values = self.ttft if which == "ttft" else self.tpot
+        if values is None or values.size == 0:
+            return None
+        return float(np.percentile(values, q)) * 1e3
+
+
+def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None, where: str = "") -> list[Row]:
+    """One row from one result record; ``where`` names the record inside a multi-record file."""
+    source = str(path)
+    label = f"{source}{where}"
+    hints = name_hints(path) if hints is None else hints
+    completed = whole(record.get("completed"), label, "completed", positive=False)
+    if completed == 0:
+        raise InputError(label, "completed", "no request completed")
+    concurrency = whole(record.get("max_concurrency"), label, "max_concurrency")
+    if concurrency is None:
+        concurrency = hints.get("concurrency")
+    elif "concurrency" in hints and hints["concurrency"] != concurrency:
+        raise InputError(label, "max_concurrency",
+                         f"is {concurrency} but the file name says concurrency {hints['concurrency']}")
+    if concurrency is None:
+        raise InputError(label, "max_concurrency", "missing (a request-rate run has no concurrency)")
+
+    isl = _first_int(record, ("isl", "input_len", "random_input_len"), label) or hints.get("isl")
+    osl = _first_int(record, ("osl", "output_len", "random_output_len"), label) or hints.get("osl")
+    total_in = number(record.get("total_input_tokens"), label, "total_input_tokens")
+    total_out = number(record.get("total_output_tokens"), label, "total_output_tokens")
+    if isl is None and total_in is not None and completed:
+        isl = round(total_in / completed)
+    if osl is None and total_out is not None and completed:
+        osl = round(total_out / completed)
+
+    output_tps = number(record.get("output_throughput"), label, "output_throughput")
+    total_tps = number(record.get("total_token_throughput"), label, "total_token_throughput")
+    duration = number(record.get("duration"), label, "duration")
+    if total_tps is None and output_tps is not None and total_in is not None and duration:
+        total_tps = output_tps + total_in / duration
+
+    detail = _PerRequest(record, label)
+    ttft_p50 = number(record.get("median_ttft_ms"), label, "median_ttft_ms")
+    tpot_p50 = number(record.get("median_tpot_ms"), label, "median_tpot_ms")
+    ttft_p99 = percentile(record, "ttft", 99, label)
+    tpot_p99 = percentile(record, "tpot", 99, label)
+    row: Row = {
+        "source": SOURCE,
+        "path": source,
+        "model": text(record.get("model_id")),
+        "isl": isl,
+        "osl": osl,
+        "concurrency": concurrency,
+        "total_tps": total_tps,
+        "output_tps": output_tps,
+        "ttft_ms_p50": ttft_p50 if ttft_p50 is not None else detail.ms("ttft", 50),
+        "ttft_ms_p99": ttft_p99 if ttft_p99 is not None else detail.ms("ttft", 99),
+        "tpot_ms_p50": tpot_p50 if tpot_p50 is not None else detail.ms("tpot", 50),
+        "tpot_ms_mean": number(record.get("mean_tpot_ms"), label, "mean_tpot_ms"),
+        "tpot_ms_p99": tpot_p99 if tpot_p99 is not None else detail.ms("tpot", 99),
+        "_label": label,
+        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput"},
+    }
+    row.update(deployment_fields(record, label))
+    return [row]
+
+
+def _first_int(record: dict[str, Any], keys: tuple[str, ...], source: str) -> int | None:
+    for key in keys:
+        if record.get(key) is not None:
+            return whole(record[key], source, key)
+    return None
