@@ -97,8 +97,13 @@ def test_estimate_formula_and_its_inverse() -> None:
 
 @given(st.integers(1, 1024), st.integers(0, 4))
 def test_graph_plan_invariants(max_num_seqs: int, spec: int) -> None:
-    plan = cudagraph_plan(max_num_seqs, num_speculative_tokens=spec)
     q = 1 + spec
+    if capture_sizes(max_num_seqs * q, max_num_seqs * q + 16)[-1] < q:
+        # vLLM raises too: no capture size can be rounded up to a multiple of 1 + spec below the ceiling
+        with pytest.raises(InputError, match="multiple of"):
+            cudagraph_plan(max_num_seqs, num_speculative_tokens=spec)
+        return
+    plan = cudagraph_plan(max_num_seqs, num_speculative_tokens=spec)
     assert list(plan.full_sizes) == sorted(set(plan.full_sizes))
     assert all(s % q == 0 and q <= s <= q * max_num_seqs for s in plan.full_sizes)
     assert plan.count >= 1
