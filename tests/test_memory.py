@@ -25,7 +25,7 @@ def _row1(**overrides: object) -> Waterfall:
     parts = dict(
         total=from_gib(276.62), gpu_memory_utilization=0.92, weights=from_gib(169.28),
         activation_peak=from_gib(0.57), non_torch=from_gib(0.72), cudagraph_estimate=from_gib(0.91),
-        cuda_context=from_gib(2.54), capacity=279 * 10**9, driver=from_gib(2.28),
+        cuda_context=from_gib(2.54), capacity=from_gib(279), driver=from_gib(2.28),
     )
     parts.update(overrides)
     return Waterfall(**parts)  # type: ignore[arg-type]

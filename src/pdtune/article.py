@@ -72,7 +72,10 @@ def waterfall_of(row: pd.Series, *, total_gib: float | None = None, utilization:
         non_torch=from_gib(row["non_torch_gib"]),
         cudagraph_estimate=from_gib(row["cudagraph_estimate_gib"]),
         cuda_context=from_gib(row["cuda_context_gib"]),
-        capacity=round(c["box_capacity"] * 1e9),
+        # The article subtracts the 2.28 GiB driver from "279 GB" as if both were GiB (279 - 2.28 = 276.72);
+        # read the same way here so the waterfall starts where the article's does. In GB it would be
+        # 259.84 GiB, less than the 276.62 GiB torch reports.
+        capacity=from_gib(c["box_capacity"]),
         driver=from_gib(c["driver_overhead"]),
         source=f"article table 3, run {int(row['run'])}",
         version=ARTICLE_VLLM,

@@ -190,6 +190,11 @@ def capture_sizes(max_capture_size: int, max_num_batched_tokens: int) -> list[in
     return sorted(set(sizes))
 
 
+def default_max_num_batched_tokens(max_num_seqs: int, num_speculative_tokens: int = 0) -> int:
+    """The article's ``max-num-batched-tokens``: one full decode step of every sequence, plus 16 tokens."""
+    return max_num_seqs * (1 + num_speculative_tokens) + 16
+
+
 def cudagraph_plan(
     max_num_seqs: int,
     *,
@@ -211,7 +216,8 @@ def cudagraph_plan(
         raise InputError("--num-speculative-tokens", "num_speculative_tokens", "must not be negative")
     q = 1 + num_speculative_tokens
     max_capture = max_capture_size if max_capture_size is not None else max_num_seqs * q
-    mnbt = max_num_batched_tokens if max_num_batched_tokens is not None else max_num_seqs * q + 16
+    mnbt = (max_num_batched_tokens if max_num_batched_tokens is not None
+            else default_max_num_batched_tokens(max_num_seqs, num_speculative_tokens))
     for flag, value in (("--max-capture-size", max_capture), ("--max-num-batched-tokens", mnbt)):
         if value <= 0:
             raise InputError(flag, flag.lstrip("-").replace("-", "_"), f"must be positive, got {value}")
