@@ -33,7 +33,7 @@ class Scenario:
     kv_cache_dtype: str = "fp8"
     vllm: str = "0.26.1"  # the vLLM that serves; chapter 1 also shows the article's 0.11 arithmetic
     num_speculative_tokens: int = 3  # MTP draft tokens when a topology runs with MTP
-    mtp_acceptance: float = 0.7  # mean fraction of draft tokens accepted (modeled data only)
+    mtp_acceptance: float = 0.25  # mean fraction of draft tokens accepted (modeled data only; pdtune.perfmodel.DEFAULT_ACCEPTANCE)
     prefill_topologies: tuple[str, ...] = (
         "TP4DP2+EP", "TP2DP4+EP", "TP4DP4+EP", "TP2DP8+EP", "DP16+EP", "TP1PP6+EP", "TP1PP8+EP", "TP8+EP", "TP16+EP",
     )

@@ -1,0 +1,247 @@
+"""``pdtune predict``: modeled throughput, TTFT and TPOT versus concurrency for one deployment."""
+
+from __future__ import annotations
+
+import argparse
+
+from pdtune.commands._common import (
+    emit_json,
+    fraction,
+    int_list,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
+from pdtune.errors import InputError
+from pdtune.gpus import bundled_gpus, load_gpu
+from pdtune.model import load_model
+from pdtune.perfmodel import (
+    DEFAULT_ACCEPTANCE,
+    EngineConfig,
+    Prediction,
+    build_engine,
+    predict_decode,
+    predict_disagg,
+    predict_prefill,
+)
+from pdtune.perfmodel.sweeps import DECODE_ISL, DECODE_OSL, DISAGG_ISL, DISAGG_OSL, PREFILL_ISL, PREFILL_OSL
+from pdtune.topology import Deployment, Topology, is_deployment, parse_deployment, parse_topology
+from pdtune.units import GiB
+
+MODES = ("prefill", "decode", "disagg")
+DEFAULT_WORKLOAD = {
+    "prefill": (PREFILL_ISL, PREFILL_OSL),
+    "decode": (DECODE_ISL, DECODE_OSL),
+    "disagg": (DISAGG_ISL, DISAGG_OSL),
+}
+
+EPILOG = """\
+Every number printed is MODELED by a roofline model (pdtune.perfmodel), not measured.
+Topologies: TP<n>, DP<n>, PP<n> in any combination with an optional +EP (experts over all TP x DP ranks),
+or TEP<n> (= TP<n>+EP); a disaggregated deployment is <x>x<prefill>:<y>x<decode>, e.g. 3xTP2DP4+EP:1xTEP8.
+Default workloads follow the article: prefill 8192/2, decode 1/1000, disagg 8192/1024.
+Examples:
+  pdtune predict qwen3.8-2.4t --gpu gb300 --topology TP4DP4+EP --mode decode --concurrency 1,8,64,512
+  pdtune predict qwen3.8-2.4t --gpu gb300 --topology TEP8 --mode decode --mtp 3 --acceptance 0.25 --json
+  pdtune predict qwen3.8-2.4t --gpu gb300 --topology 4xTP2DP4+EP:1xTP4DP4+EP --concurrency 256,2560
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="modeled throughput per GPU, TTFT and TPOT versus concurrency (roofline model)",
+        description="Predict a concurrency sweep of MODEL served as TOPOLOGY (modeled, not measured).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="bundled model name, folder with config.json, or the file")
+    p.add_argument(
+        "--gpu", default="gb300", help=f"bundled GPU (default gb300; known: {', '.join(bundled_gpus())})"
+    )
+    p.add_argument("--topology", required=True, help="e.g. TP4DP2+EP, TEP8, TP1PP6+EP, or 3xTP2DP4+EP:1xTEP8")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        help="prefill-only, decode-only or disaggregated (default: disagg for an x:y topology)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int_list,
+        default=[1, 8, 64, 512],
+        metavar="C1,C2,...",
+        help="concurrencies to predict (default 1,8,64,512)",
+    )
+    p.add_argument(
+        "--isl", type=positive_int, help="input tokens per request (default: the mode's article workload)"
+    )
+    p.add_argument("--osl", type=positive_int, help="output tokens per request")
+    p.add_argument(
+        "--mtp",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help="MTP draft tokens on the decode side (default 0)",
+    )
+    p.add_argument(
+        "--acceptance",
+        type=non_negative_float,
+        default=DEFAULT_ACCEPTANCE,
+        metavar="A",
+        help=f"draft acceptance rate, accepted/proposed (default {DEFAULT_ACCEPTANCE})",
+    )
+    p.add_argument(
+        "--gpu-memory-gib",
+        type=non_negative_float,
+        metavar="G",
+        help="device memory torch reports, in GiB (default: the GPU table's)",
+    )
+    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92)
+    p.add_argument("--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8, as the article)")
+    p.add_argument(
+        "--vllm",
+        default="0.26.1",
+        metavar="VERSION",
+        help="vLLM line whose state accounting applies (default 0.26.1, the article's)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)"
+    )
+    p.add_argument(
+        "--max-num-seqs", type=positive_int, help="running requests per DP rank (default: KV room only)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.gpu_memory_gib is not None and args.gpu_memory_gib <= 0:
+        raise InputError("--gpu-memory-gib", "gpu_memory_gib", "must be positive")
+    disagg_name = is_deployment(args.topology)
+    # Read the name first: a typo is the likeliest mistake and the most useful message.
+    parsed = parse_deployment(args.topology) if disagg_name else parse_topology(args.topology)
+    mode = args.mode or ("disagg" if disagg_name else None)
+    if mode is None:
+        raise InputError("--mode", "mode", "give --mode prefill|decode for a single-engine topology")
+    if (mode == "disagg") != disagg_name:
+        want = "<x>x<prefill>:<y>x<decode>" if mode == "disagg" else "a single engine such as TEP8"
+        raise InputError("--topology", "topology", f"--mode {mode} needs {want}, got {args.topology!r}")
+    if not 0 <= args.acceptance <= 1:
+        raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {args.acceptance}")
+    if mode == "prefill" and args.mtp:
+        raise InputError("--mtp", "mtp", "MTP drafts decode tokens; a prefill-only sweep has none to draft")
+    isl, osl = DEFAULT_WORKLOAD[mode]
+    isl = args.isl if args.isl is not None else isl
+    osl = args.osl if args.osl is not None else osl
+    spec = load_model(args.model)
+    gpu = load_gpu(args.gpu, memory_gib=args.gpu_memory_gib)
+    config = EngineConfig(
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        vllm=args.vllm,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+    )
+    engines: dict[str, object] = {}
+    if mode == "disagg":
+        dep = parsed
+        assert isinstance(dep, Deployment)
+        preds = predict_disagg(
+            spec,
+            gpu,
+            dep,
+            args.concurrency,
+            isl=isl,
+            osl=osl,
+            mtp_tokens=args.mtp,
+            acceptance=args.acceptance,
+            prefill_config=config,
+            decode_config=config,
+        )
+        engines["prefill"] = build_engine(spec, gpu, dep.prefill, isl=isl, osl=osl, config=config)
+        engines["decode"] = build_engine(
+            spec, gpu, dep.decode, isl=isl, osl=osl, mtp_tokens=args.mtp, config=config
+        )
+        label = dep.label
+    else:
+        topo = parsed
+        assert isinstance(topo, Topology)
+        if mode == "prefill":
+            preds = predict_prefill(spec, gpu, topo, args.concurrency, isl=isl, osl=osl, config=config)
+        else:
+            preds = predict_decode(
+                spec,
+                gpu,
+                topo,
+                args.concurrency,
+                isl=isl,
+                osl=osl,
+                mtp_tokens=args.mtp,
+                acceptance=args.acceptance,
+                config=config,
+            )
+        engines[mode] = build_engine(
+            spec, gpu, topo, isl=isl, osl=osl, mtp_tokens=args.mtp if mode == "decode" else 0, config=config
+        )
+        label = topo.name
+    memory = {role: e.memory_summary() for role, e in engines.items()}  # type: ignore[attr-defined]
+    if args.json:
+        emit_json(
+            {
+                "modeled": True,
+                "model": spec.name,
+                "gpu": gpu.name,
+                "mode": mode,
+                "topology": label,
+                "isl": isl,
+                "osl": osl,
+                "mtp_tokens": args.mtp,
+                "acceptance": args.acceptance if args.mtp else None,
+                "engines": memory,
+                "predictions": [p.to_dict() for p in preds],
+            }
+        )
+    else:
+        print(render(spec.name, gpu.name, mode, label, isl, osl, args.mtp, args.acceptance, memory, preds))
+    return 0
+
+
+def render(
+    model: str,
+    gpu: str,
+    mode: str,
+    label: str,
+    isl: int,
+    osl: int,
+    mtp: int,
+    acceptance: float,
+    memory: dict[str, dict[str, object]],
+    preds: list[Prediction],
+) -> str:
+    mtp_text = f", MTP {mtp} draft tokens at acceptance {acceptance:g}" if mtp else ""
+    lines = [
+        f"MODELED (roofline prediction, not a measurement): {model} on {gpu}, {mode} {label}, "
+        f"ISL/OSL {isl}/{osl}{mtp_text}"
+    ]
+    for role, m in memory.items():
+        lines.append(
+            f"  {role} engine: weights {m['weights_gib']:.1f} GiB/GPU, "
+            f"KV cache {m['kv_cache_gib']:.1f} GiB/GPU, "
+            f"{m['bytes_per_request'] / GiB * 1024:.0f} MiB per request per TP rank, "
+            f"room for {m['capacity']} running requests (overheads: {m['overheads_source']})"
+        )
+    lines.append(
+        f"  {'concurrency':>11} {'running':>8} {'tok/s':>10} {'tok/s/GPU':>10} {'tok/s/user':>10} "
+        f"{'TTFT ms':>9} {'TPOT ms':>8}  note"
+    )
+    for p in preds:
+        note = "waits for KV room" if p.kv_limited else ""
+        lines.append(
+            f"  {p.concurrency:>11} {p.running:>8.0f} {p.total_tps:>10.0f} {p.tps_per_gpu:>10.1f} "
+            f"{p.tps_per_user:>10.1f} {p.ttft_ms:>9.1f} {p.tpot_ms:>8.2f}  {note}"
+        )
+    lines.append(
+        f"  tok/s = total (input + output) tokens/s; per GPU over all {preds[0].gpus_total} GPUs; "
+        "per user = 1000 / TPOT"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""Roofline predictions of prefill-only, decode-only and disaggregated serving on a GPU spec.
+
+Everything this package returns is **modeled**, never measured: throughput per GPU, TTFT and TPOT versus
+concurrency for an aggregated prefill-only server (ISL/OSL 8192/2 by default), a decode-only server (1/1000)
+and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.ModelSpec`, a
+:class:`~pdtune.gpus.GpuSpec` and a :class:`~pdtune.topology.Topology`. The pieces:
+
+* :mod:`.costs` — what one token costs the model (matmul FLOPs and bytes per layer, attention's pair term,
+  GDN's linear term, the MTP module);
+* :mod:`.engine` — one engine: weights and KV room per GPU, and the time of one step on the slowest stage;
+* :mod:`.sweeps` — closed-loop concurrency sweeps and the disaggregated rate balance;
+* :mod:`.calibration` — the five global efficiency factors and the MTP acceptance rate;
+* :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points.
+"""
+
+from pdtune.perfmodel.calibration import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
+from pdtune.perfmodel.costs import ModelCosts, model_costs
+from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
+from pdtune.perfmodel.inferencex import inferencex_check
+from pdtune.perfmodel.sweeps import (
+    Prediction,
+    predict_decode,
+    predict_disagg,
+    predict_prefill,
+    to_frame,
+)
+
+__all__ = [
+    "DEFAULT_ACCEPTANCE",
+    "DEFAULT_EFFICIENCY",
+    "ROOFLINE",
+    "Batch",
+    "Efficiency",
+    "Engine",
+    "EngineConfig",
+    "ModelCosts",
+    "Prediction",
+    "StepTime",
+    "build_engine",
+    "inferencex_check",
+    "model_costs",
+    "predict_decode",
+    "predict_disagg",
+    "predict_prefill",
+    "to_frame",
+]

@@ -1,0 +1,526 @@
+"""One vLLM engine of a given topology on a given GPU: its memory, its KV room, and the time of one step.
+
+**Memory.** Weights per GPU come from :func:`pdtune.memory.weights_per_gpu` (a pipeline stage holds its own
+layers, plus the embedding on the first stage and the lm_head and MTP module on the last). The KV cache is
+vLLM's arithmetic (:class:`pdtune.memory.Waterfall`): ``total * gpu_memory_utilization`` minus weights,
+activation peak, non-torch memory and the CUDA-graph estimate. Those three overheads come from the
+article's table 3 when the topology and MTP setting match a row there (the run with the largest
+max-num-seqs), and otherwise from the largest overhead table 3 records (a conservative constant). How many
+requests fit is vLLM's own TP-sharded accounting (:func:`pdtune.state.plan_state`, one TP rank).
+
+**One step.** Every DP rank runs the same step in lockstep (MoE layers exchange tokens every layer), so a
+step takes as long as the busiest rank. On each GPU of the slowest pipeline stage, for each kind of work, the
+time is the roofline ``max(FLOPs / (peak * compute), bytes / (HBM * hbm))``, and the kinds add up (vLLM runs
+them one after another):
+
+* dense matmuls (mixers, dense MLPs, shared experts, routers): TP-sharded FLOPs and weight bytes;
+* routed experts: FLOPs of ``k`` experts per token over the expert shards, and the bytes of the experts that
+  at least one token touches, ``E * (1 - (1 - k/E)^T)`` for ``T`` tokens in the whole EP group;
+* attention: ``S^2``-type pair FLOPs and the KV cache read (per TP rank: vLLM's page accounting);
+* GDN/Mamba: the linear-time recurrent FLOPs and the state read once and written once per step (``1 + K``
+  times with ``K`` speculative tokens: vLLM keeps a state per draft position);
+* lm_head for the tokens that are sampled; the MTP draft module ``K`` times with speculation;
+
+then communication, which vLLM does not overlap with compute: TP all-reduces (or, with DP attention, the
+reduce-scatter + all-gather of sequence-parallel MoE) and the expert all-gather / reduce-scatter of vLLM's
+default ``allgather_reducescatter`` all2all backend (dispatch in the experts' activation format, combine in
+bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call; pipeline stages
+send hidden state and residual to the next; and a fixed ``step_overhead_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+
+import pandas as pd
+
+from pdtune.errors import InputError
+from pdtune.gpus import GpuSpec
+from pdtune.memory import Waterfall, weights_per_gpu
+from pdtune.model import LayerKind, ModelSpec
+from pdtune.paths import article_dir
+from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
+from pdtune.state import StatePlan, plan_state
+from pdtune.topology import Topology
+from pdtune.units import GiB, from_gib
+
+#: Activations travel between GPUs in bf16 (TP all-reduce, MoE combine, pipeline sends).
+ACTIVATION_BYTES = 2
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The vLLM settings a prediction assumes (the article's unless said otherwise)."""
+
+    gpu_memory_utilization: float = 0.92
+    kv_cache_dtype: str = "fp8"
+    vllm: str = "0.26.1"
+    max_num_batched_tokens: int = 8192  # per DP rank; vLLM's default for the OpenAI server
+    max_num_seqs: int | None = None  # None: only the KV cache limits running requests
+    template_tokens: int = 0  # chat-template tokens added to every request
+    overheads_gib: tuple[float, float, float] | None = None  # (activation, non-torch, graphs); None: table 3
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InputError(
+                "--gpu-memory-utilization",
+                "gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}",
+            )
+        if self.max_num_batched_tokens < 1:
+            raise InputError("--max-num-batched-tokens", "max_num_batched_tokens", "must be positive")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise InputError("--max-num-seqs", "max_num_seqs", "must be positive")
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Per-GPU memory that is neither weights nor KV cache, and where the numbers came from."""
+
+    activation_peak: int
+    non_torch: int
+    cudagraph_estimate: int
+    source: str
+
+    @property
+    def total(self) -> int:
+        return self.activation_peak + self.non_torch + self.cudagraph_estimate
+
+
+def engine_overheads(topology: Topology, mtp: bool, config: EngineConfig) -> Overheads:
+    """Table 3's row for this layout (largest max-num-seqs), else its largest overhead as a constant."""
+    if config.overheads_gib is not None:
+        act, non_torch, graphs = config.overheads_gib
+        return Overheads(from_gib(act), from_gib(non_torch), from_gib(graphs), "given")
+    table = pd.read_csv(article_dir() / "table3_memory_per_engine.csv")
+    layouts = {"TP8": (8, 1), "TP4DP4": (4, 4)}  # the article's decode engines (both with +EP experts)
+    matching = [
+        row
+        for _, row in table.iterrows()
+        if layouts.get(str(row["topology"])) == (topology.tp, topology.dp)
+        and topology.pp == 1
+        and topology.expert_parallel
+        and bool(row["mtp"]) == mtp
+    ]
+    if matching:
+        row = matching[-1]  # rows are in increasing max-num-seqs: the largest configuration
+        where = f"article table 3, run {int(row['run'])} ({row['topology']}, MTP {'on' if mtp else 'off'})"
+    else:
+        sums = table["activation_peak_gib"] + table["non_torch_gib"] + table["cudagraph_estimate_gib"]
+        row = table.loc[sums.idxmax()]
+        where = f"constant: article table 3's largest overhead (run {int(row['run'])})"
+    return Overheads(
+        from_gib(float(row["activation_peak_gib"])),
+        from_gib(float(row["non_torch_gib"])),
+        from_gib(float(row["cudagraph_estimate_gib"])),
+        where,
+    )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the busiest DP rank runs in one step (one micro-batch per stage under PP)."""
+
+    tokens: float  # tokens through the model (prefill chunk tokens + decode tokens, draft positions included)
+    seqs: float  # sequences (fractional: an average over micro-batches or ranks)
+    prefill_tokens: float = 0  # of ``tokens``: prefill (chunked kernels)
+    attn_pairs: float = 0.0  # sum over the step's tokens of the keys each attends to
+    kv_tokens_read: float = 0.0  # sum over sequences of cached tokens read from the KV cache
+    logits: float = 0  # tokens that go through the lm_head
+    state_writes: int = 1  # recurrent states written per sequence (1 + K with K draft tokens)
+    ep_tokens: float = 0  # tokens entering each MoE layer across the whole EP group (all DP ranks)
+    draft_passes: int = 0  # MTP draft forward passes (K with speculation), one token per sequence each
+
+    @property
+    def decode_tokens(self) -> float:
+        return self.tokens - self.prefill_tokens
+
+
+@dataclass(frozen=True)
+class _StageInfo:
+    """Layer counts and dense weights of one pipeline stage (computed once per engine)."""
+
+    attention: int  # full-context attention layers (GQA or MLA)
+    sliding: int  # sliding-window attention layers
+    recurrent: int
+    moe: int
+    layers: int
+    dense_params: int
+    dense_bytes: int
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs by math format and HBM bytes of one kind of work on one GPU."""
+
+    flops: dict[str, float]
+    bytes: float
+
+    def time(self, gpu: GpuSpec, eff: Efficiency) -> float:
+        """Roofline at the achieved fractions: compute-bound or memory-bound, whichever is slower."""
+        compute = sum(f / (gpu.peak_flops(d) * eff.compute) for d, f in self.flops.items())
+        return max(compute, self.bytes / (gpu.hbm_bandwidth * eff.hbm))
+
+    def scaled(self, factor: float) -> Work:
+        return Work({d: f * factor for d, f in self.flops.items()}, self.bytes * factor)
+
+    def __add__(self, other: Work) -> Work:
+        flops = dict(self.flops)
+        for d, f in other.flops.items():
+            flops[d] = flops.get(d, 0.0) + f
+        return Work(flops, self.bytes + other.bytes)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds one step spends on each kind of work (one GPU of the slowest stage)."""
+
+    parts: dict[str, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
+
+    def to_dict(self) -> dict[str, float]:
+        return {**self.parts, "total": self.total}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A model served by one vLLM engine of ``topology`` on ``gpu``; build with :func:`build_engine`."""
+
+    spec: ModelSpec
+    gpu: GpuSpec
+    topology: Topology
+    costs: ModelCosts
+    plan: StatePlan
+    weights_per_gpu: int
+    overheads: Overheads
+    kv_cache_per_gpu: int
+    capacity_per_rank: int  # running requests one DP rank holds (KV cache, then max_num_seqs)
+    mtp_tokens: int
+    config: EngineConfig
+    stages: tuple[range, ...] = field(repr=False)
+
+    @property
+    def dp(self) -> int:
+        return self.topology.dp
+
+    @property
+    def capacity(self) -> int:
+        """Running requests the whole engine holds."""
+        return self.capacity_per_rank * self.topology.dp
+
+    @cached_property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes one token occupies in one attention layer on one TP rank."""
+        page = self.plan.attention_page
+        return page.bytes_per_token if page is not None else 0
+
+    @cached_property
+    def state_bytes(self) -> int:
+        """Recurrent state (conv + SSM) of one request in one layer on one TP rank, without padding."""
+        page = self.plan.recurrent_page
+        return page.state_bytes if page is not None else 0
+
+    def memory_summary(self) -> dict[str, float | int | str]:
+        return {
+            "weights_gib": self.weights_per_gpu / GiB,
+            "activation_peak_gib": self.overheads.activation_peak / GiB,
+            "non_torch_gib": self.overheads.non_torch / GiB,
+            "cudagraph_estimate_gib": self.overheads.cudagraph_estimate / GiB,
+            "overheads_source": self.overheads.source,
+            "kv_cache_gib": self.kv_cache_per_gpu / GiB,
+            "bytes_per_request": self.plan.bytes_per_request,
+            "capacity_per_rank": self.capacity_per_rank,
+            "capacity": self.capacity,
+        }
+
+    # ------------------------------------------------------------------------------------------ step time
+
+    def stage_times(self, batch: Batch, eff: Efficiency = DEFAULT_EFFICIENCY) -> list[StepTime]:
+        """The step's time on one GPU of each pipeline stage."""
+        return [self._stage_time(i, batch, eff) for i in range(len(self.stages))]
+
+    def step_time(self, batch: Batch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepTime:
+        """The slowest stage: what sets the pace of the pipeline (the whole step without PP)."""
+        return max(self.stage_times(batch, eff), key=lambda s: s.total)
+
+    def roofline_time(self, batch: Batch) -> float:
+        """The GPU's limit for this step: ``max(all FLOPs / peak, all bytes / HBM bandwidth)`` on the slowest
+        stage, with no communication and no overhead. No prediction is faster."""
+        best = 0.0
+        for i in range(len(self.stages)):
+            work = self._stage_work(i, batch).values()
+            compute = sum(f / self.gpu.peak_flops(d) for w in work for d, f in w.flops.items())
+            memory = sum(w.bytes for w in work) / self.gpu.hbm_bandwidth
+            best = max(best, compute, memory)
+        return best
+
+    def _stage_time(self, index: int, batch: Batch, eff: Efficiency) -> StepTime:
+        parts = {name: w.time(self.gpu, eff) for name, w in self._stage_work(index, batch).items()}
+        parts.update(self._comm_times(batch, index, eff))
+        if batch.draft_passes and index == len(self.stages) - 1:
+            mtp = self._layer_comm(batch.seqs, batch.seqs * self.topology.dp, moe=self.costs.mtp_moe, eff=eff)
+            parts["mtp_draft"] = parts.get("mtp_draft", 0.0) + batch.draft_passes * mtp
+        if index < len(self.stages) - 1:
+            link = self.gpu.link_bandwidth(2) * eff.link
+            hidden_and_residual = 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES
+            parts["pp_send"] = hidden_and_residual / link + eff.collective_latency_s
+        parts["overhead"] = eff.step_overhead_s
+        return StepTime(parts)
+
+    @cached_property
+    def _stage_info(self) -> tuple[_StageInfo, ...]:
+        c = self.costs
+        out = []
+        for stage in self.stages:
+            layers = [c.layers[i] for i in stage]
+            out.append(
+                _StageInfo(
+                    attention=sum(
+                        1 for layer in layers if layer.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)
+                    ),
+                    sliding=sum(1 for layer in layers if layer.kind is LayerKind.SLIDING_ATTENTION),
+                    recurrent=sum(1 for layer in layers if layer.kind.is_recurrent),
+                    moe=sum(1 for layer in layers if layer.moe),
+                    layers=len(layers),
+                    dense_params=sum(layer.dense_params for layer in layers),
+                    dense_bytes=sum(layer.dense_bytes for layer in layers),
+                )
+            )
+        return tuple(out)
+
+    def _stage_work(self, index: int, batch: Batch) -> dict[str, Work]:
+        """FLOPs (by math format) and HBM bytes of each kind of work on one GPU of stage ``index``."""
+        c, tp = self.costs, self.topology.tp
+        info = self._stage_info[index]
+        last = index == len(self.stages) - 1
+        work: dict[str, Work] = {}
+        # Dense matmuls: every weight read once per step, every token multiplied through it.
+        work["dense"] = Work(
+            {c.dense_dtype: 2 * info.dense_params * batch.tokens / tp}, info.dense_bytes / tp
+        )
+        if info.moe:
+            work["experts"] = self._experts_work(batch.ep_tokens).scaled(info.moe)
+        if (info.attention or info.sliding) and self.kv_bytes_per_token:
+            # Pair FLOPs over the TP-sharded heads; the KV cache read and the new tokens written, per TP rank.
+            pair = c.attn_pair_flops_prefill if batch.prefill_tokens else c.attn_pair_flops_decode
+            kv = (batch.kv_tokens_read + batch.tokens) * self.kv_bytes_per_token
+            full = Work({"bf16": pair * batch.attn_pairs / tp}, kv)
+            # A sliding-window layer sees at most its window of the average context.
+            window = self.spec.attention.sliding_window if self.spec.attention else None
+            context = batch.kv_tokens_read / batch.seqs if batch.seqs else 0.0
+            share = min(1.0, window / context) if window and context > window else 1.0
+            sliding = Work(
+                {"bf16": pair * batch.attn_pairs * share / tp},
+                (batch.kv_tokens_read * share + batch.tokens) * self.kv_bytes_per_token,
+            )
+            work["attention"] = full.scaled(info.attention) + sliding.scaled(info.sliding)
+        if info.recurrent:
+            # Linear-time recurrence; the state is read once and written state_writes times per sequence.
+            flops = (
+                batch.prefill_tokens * c.recurrent_flops_prefill
+                + batch.decode_tokens * c.recurrent_flops_decode
+            ) / tp
+            state = batch.seqs * self.state_bytes * (1 + batch.state_writes)
+            work["recurrent"] = Work({"bf16": flops}, state).scaled(info.recurrent)
+        if last and batch.logits:
+            work["lm_head"] = Work({"bf16": 2 * c.lm_head_params * batch.logits / tp}, c.lm_head_bytes / tp)
+        if last and batch.draft_passes:
+            work["mtp_draft"] = self._draft_pass_work(batch).scaled(batch.draft_passes)
+        return work
+
+    def _experts_work(self, ep_tokens: float) -> Work:
+        """One MoE layer: ``k`` experts' FLOPs per token and the bytes of every expert some token touches."""
+        c = self.costs
+        if ep_tokens <= 0 or c.num_experts == 0:
+            return Work({}, 0.0)
+        shards = self.topology.expert_shards
+        touched = c.num_experts * -math.expm1(ep_tokens * math.log1p(-c.experts_per_token / c.num_experts))
+        flops = 2 * c.expert_params * ep_tokens * c.experts_per_token / shards
+        return Work({c.expert_dtype: flops}, touched * c.expert_bytes / shards)
+
+    def _draft_pass_work(self, batch: Batch) -> Work:
+        """One MTP draft pass: the MTP layer (and its experts) and the lm_head over one token per sequence."""
+        c, tp = self.costs, self.topology.tp
+        work = Work({c.dense_dtype: 2 * c.mtp_dense_params * batch.seqs / tp}, c.mtp_dense_bytes / tp)
+        if c.mtp_moe:
+            work = work + self._experts_work(batch.seqs * self.topology.dp)
+        if self.kv_bytes_per_token:
+            work = work + Work(
+                {"bf16": c.attn_pair_flops_decode * batch.kv_tokens_read / tp},
+                batch.kv_tokens_read * self.kv_bytes_per_token,
+            )
+        return work + Work({"bf16": 2 * c.lm_head_params * batch.seqs / tp}, c.lm_head_bytes / tp)
+
+    # ------------------------------------------------------------------------------------ communication
+
+    def _comm_times(self, batch: Batch, index: int, eff: Efficiency) -> dict[str, float]:
+        info = self._stage_info[index]
+        tp_time = ep_time = latency = 0.0
+        for moe, count in ((True, info.moe), (False, info.layers - info.moe)):
+            if not count:
+                continue
+            t, e, n = self._layer_comm_parts(batch.tokens, batch.ep_tokens, moe=moe, eff=eff)
+            tp_time += count * t
+            ep_time += count * e
+            latency += count * n * eff.collective_latency_s
+        out = {}
+        if tp_time:
+            out["tp_comm"] = tp_time
+        if ep_time:
+            out["ep_comm"] = ep_time
+        if latency:
+            out["collective_latency"] = latency
+        return out
+
+    def _layer_comm(self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency) -> float:
+        t, e, n = self._layer_comm_parts(tokens, ep_tokens, moe=moe, eff=eff)
+        return t + e + n * eff.collective_latency_s
+
+    def _layer_comm_parts(
+        self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency
+    ) -> tuple[float, float, int]:
+        """(TP seconds, EP seconds, collective calls) of one layer for one GPU.
+
+        * DP = 1: two all-reduces over TP (after the mixer, after the FFN/MoE): ``2 (t-1)/t`` of the
+          activations each.
+        * DP > 1, MoE layer: the experts of the whole ``TP x DP`` group exchange tokens by all-gather
+          (dispatch, in the experts' activation format) and reduce-scatter (combine, bf16): each GPU moves
+          ``(G-1)/G`` of all the group's tokens each way. With TP > 1 vLLM runs the MoE sequence-parallel:
+          the mixer output is reduce-scattered over TP and all-gathered again (one all-reduce's bytes).
+        * DP > 1, dense layer: the TP all-reduces only.
+        """
+        c, topo, gpu = self.costs, self.topology, self.gpu
+        t, d = topo.tp, topo.dp
+        h = c.hidden
+        tp_bytes = ep_bytes = 0.0
+        calls = 0
+        if moe and d > 1:
+            g = topo.expert_shards
+            dispatch = float(_activation_bytes(c.expert_dtype))
+            ep_bytes = (g - 1) / g * ep_tokens * h * (dispatch + ACTIVATION_BYTES)
+            calls += 2
+            if t > 1:
+                tp_bytes = 2 * (t - 1) / t * tokens * h * ACTIVATION_BYTES
+                calls += 2
+        elif t > 1:
+            tp_bytes = 2 * 2 * (t - 1) / t * tokens * h * ACTIVATION_BYTES
+            calls += 2
+        tp_link = gpu.link_bandwidth(t) * eff.link
+        ep_link = gpu.link_bandwidth(topo.expert_shards) * eff.link
+        return tp_bytes / tp_link, ep_bytes / ep_link, calls
+
+
+def _activation_bytes(expert_dtype: str) -> Fraction:
+    """Bytes per element of the activations vLLM dispatches to the experts: quantised like the weights."""
+    return {"fp4": Fraction(9, 16), "fp8": Fraction(1) + Fraction(1, 32), "bf16": Fraction(2)}[expert_dtype]
+
+
+# ------------------------------------------------------------------------------------------ building
+
+
+def stage_weights(spec: ModelSpec, topology: Topology, mtp: bool) -> int:
+    """Weight bytes on one GPU of the heaviest pipeline stage (the whole model's share without PP)."""
+    full = weights_per_gpu(spec, tp=topology.tp, ep=topology.expert_shards, mtp=mtp)
+    if topology.pp == 1:
+        return full.total
+    costs = model_costs(spec)
+    per_layer = [
+        layer.dense_bytes + (costs.num_experts * costs.expert_bytes if layer.moe else 0)
+        for layer in costs.layers
+    ]
+    layer_total = sum(per_layer)
+    comps = dict(full.by_component)
+    # Layer-resident components split with the layers; the embedding and lm_head sit on the first and
+    # last stage; the MTP module (and the final norm) on the last.
+    vocab = comps.pop("embedding", 0)
+    if mtp:
+        no_mtp = weights_per_gpu(spec, tp=topology.tp, ep=topology.expert_shards, mtp=False).total
+        mtp_bytes = full.total - no_mtp
+    else:
+        mtp_bytes = 0
+    layer_resident = sum(comps.values()) - mtp_bytes
+    tied = spec.tie_word_embeddings
+    heaviest = 0
+    for i, stage in enumerate(stage_layers(spec.num_layers, topology.pp)):
+        share = sum(per_layer[j] for j in stage) / layer_total
+        total = layer_resident * share
+        if i == 0:
+            total += vocab if tied else vocab / 2
+        if i == topology.pp - 1:
+            total += (vocab if tied else vocab / 2) + mtp_bytes
+        heaviest = max(heaviest, math.ceil(total))
+    return heaviest
+
+
+def build_engine(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    topology: Topology,
+    *,
+    isl: int,
+    osl: int,
+    mtp_tokens: int = 0,
+    config: EngineConfig | None = None,
+) -> Engine:
+    """Lay ``spec`` out as ``topology`` on ``gpu`` for requests of ``isl + osl`` tokens; check it fits."""
+    config = config or EngineConfig()
+    source = f"topology {topology.name}"
+    if isl < 1 or osl < 1:
+        raise InputError("--isl/--osl", "isl", f"must be positive, got {isl}/{osl}")
+    if mtp_tokens < 0:
+        raise InputError("--mtp", "mtp_tokens", "must not be negative")
+    if mtp_tokens and spec.num_mtp_layers == 0:
+        raise InputError(spec.source, "num_nextn_predict_layers", "the model has no MTP module for --mtp")
+    if topology.pp > spec.num_layers:
+        raise InputError(source, "pp", f"{topology.pp} stages for {spec.num_layers} layers")
+    if spec.moe is not None and spec.moe.num_experts % topology.ep:
+        raise InputError(source, "ep", f"{spec.moe.num_experts} experts do not split over EP={topology.ep}")
+    costs = model_costs(spec)
+    plan = plan_state(
+        spec,
+        max_model_len=isl + osl + config.template_tokens,
+        tp=topology.tp,
+        kv_cache_dtype=config.kv_cache_dtype,
+        num_speculative_tokens=mtp_tokens,
+        vllm=config.vllm,
+        prefix_caching=False,
+    )
+    weights = stage_weights(spec, topology, mtp=mtp_tokens > 0)
+    overheads = engine_overheads(topology, mtp_tokens > 0, config)
+    waterfall = Waterfall(
+        total=gpu.memory_total,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        weights=weights,
+        activation_peak=overheads.activation_peak,
+        non_torch=overheads.non_torch,
+        cudagraph_estimate=overheads.cudagraph_estimate,
+        source=source,
+        version=config.vllm,
+    )
+    kv = waterfall.kv_cache()
+    stages = tuple(stage_layers(spec.num_layers, topology.pp))
+    # A stage keeps the state of its own layers only: capacity grows by layers / heaviest stage's layers.
+    per_stage = max(len(s) for s in stages)
+    capacity = 0
+    if kv > 0:
+        capacity = math.floor(plan.capacity(kv).max_concurrency * spec.num_layers / per_stage)
+    if config.max_num_seqs is not None:
+        capacity = min(capacity, config.max_num_seqs)
+    if capacity < 1:
+        raise InputError(
+            source,
+            "kv_cache",
+            f"does not fit on {gpu.name}: {weights / GiB:.1f} GiB of weights per GPU leave "
+            f"{kv / GiB:.1f} GiB of KV cache, less than one {isl}+{osl}-token request "
+            f"({plan.bytes_per_request / GiB:.2f} GiB per TP rank)",
+        )
+    return Engine(
+        spec, gpu, topology, costs, plan, weights, overheads, kv, capacity, mtp_tokens, config, stages
+    )
