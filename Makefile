@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book assets bench chromium clean distclean
+.PHONY: venv test test-fast book book-check assets bench chromium clean distclean
 
 venv: $(STAMP)
 
@@ -23,11 +23,37 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-test: venv chromium
+# The book tests build the book themselves (into a temporary folder); the vendored assets come first.
+test: venv chromium assets
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow"
+
+# --- the book -----------------------------------------------------------------------------------------
+# Third-party JavaScript (vega bundle from vl-convert-python, MathJax 3 from sphinx-mathjax-offline) is
+# written into book/assets/vendor/ (git-ignored); a no-op when its manifest matches the installed packages.
+assets: venv
+	$(BIN)/python -m pdtune.charts.vendor book/assets/vendor
+
+# Kernels started by the build must know it is the static book (explorers print a note instead of a widget)
+# and must come from this venv.
+BOOK_ENV := PDTUNE_STATIC_BUILD=1 JUPYTER_PREFER_ENV_PATH=1 PATH="$(abspath $(BIN)):$$PATH"
+BOOK_CONFIG := _build/_config.executed.yml
+
+# Clean build, warnings fail it (-W -n). Every chapter executes: first all of them in parallel into a
+# wiped jupyter-cache (Jupyter Book alone runs them one by one), then Sphinx builds from that cache through
+# a generated copy of _config.yml. A bare `jupyter-book build .` also works: it executes serially (force).
+book: venv assets
+	$(BIN)/python -m pdtune.charts.bookbuild check-toc
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache $(BOOK_CONFIG)
+	$(BOOK_ENV) $(BIN)/python -m pdtune.charts.bookexec --cache _build/.jupyter_cache --config-out $(BOOK_CONFIG)
+	$(BOOK_ENV) $(BIN)/jupyter-book build . --config $(BOOK_CONFIG) -W -n --keep-going --all
+	@echo "book: _build/html/index.html"
+
+# The book tests only: build checks and every page in headless Chromium (screenshots in _build/screenshots).
+book-check: venv chromium assets
+	$(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_book_build.py tests/test_browser.py
 
 bench: venv
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
