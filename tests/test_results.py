@@ -88,6 +88,17 @@ def test_real_inferencex_row_at_concurrency_4301() -> None:
     assert (row["isl"], row["osl"]) == (1024, 1024)
     assert np.isnan(row["mtp_tokens"])  # "mtp" names the method, not how many tokens
     assert not row["modeled"]
+    # EP 16 with DP attention over 16 decode GPUs: one DP16+EP engine; the prefill layout is not recorded
+    assert (row["decode_topology"], row["n_decode_workers"]) == ("DP16+EP", 1)
+    assert row["prefill_topology"] is None
+
+
+def test_inferencex_decode_layouts_tell_equal_gpu_counts_apart() -> None:
+    df = load_results(real_inferencex())
+    same_gpus = df[(df["gpus_prefill"] == 4) & (df["gpus_decode"] == 32)]
+    # EP 8 without DP attention (concurrency 4-48) versus EP 32 with it (concurrency 180)
+    assert set(same_gpus["decode_topology"]) == {"TEP8", "DP32+EP"}
+    assert set(same_gpus.loc[same_gpus["decode_topology"] == "TEP8", "n_decode_workers"]) == {4}
 
 
 def test_real_inferencex_quirks_hold_on_every_row() -> None:
@@ -406,3 +417,15 @@ def test_cli_table_and_out_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = tmp_path / "sub" / "table.csv"
     assert main(["results", str(FIXTURES / "srt_slurm/agg"), "--csv", "-o", str(out)]) == 0
     assert pd.read_csv(out)["gpus_total"].tolist() == [8, 8]
+
+
+def test_inferencex_ep_that_does_not_split_the_decode_gpus(tmp_path: Path) -> None:
+    lines = real_inferencex().read_text(encoding="utf-8").splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Model,"))
+    columns = lines[header].split(",")
+    row = lines[header + 1].split(",")
+    row[columns.index("EP")] = "5"  # 16 decode GPUs cannot form engines of 5
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([*lines[: header + 1], ",".join(row)]) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="EP"):
+        load_results(bad)

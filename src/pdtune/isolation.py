@@ -163,8 +163,7 @@ def load_sweep(
 
     ``topologies`` keeps only the listed layouts (compared as layouts; rows that record no topology are
     kept). ``canonical`` renames every topology to its canonical name (``TP8+EP`` -> ``TEP8``) so that
-    labels from different sweeps of the same engine agree, as rate matching needs. InferenceX rows, which
-    record only GPU counts, get the decode layout the file states (see :func:`inferencex_layouts`).
+    labels from different sweeps of the same engine agree, as rate matching needs.
     """
     if kind not in KINDS:
         raise InputError("load_sweep", "kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
@@ -176,7 +175,6 @@ def load_sweep(
     resolved = [Scenario().resolve(p) for p in listed]
     counts = parse_gpus(gpus, "gpus") if gpus.strip() else None
     df = load_results(resolved, gpus=counts, single_workload=True)
-    df = inferencex_layouts(df)
     if canonical:
         df = canonical_topologies(df)
     listed_not_swept: tuple[str, ...] = ()
@@ -218,41 +216,6 @@ def canonical_topologies(df: pd.DataFrame) -> pd.DataFrame:
                 lambda t: parse_topology(t).canonical if isinstance(t, str) and t.strip() else t)
     if "deployment" in out.columns:
         out = out.drop(columns="deployment")
-    return out
-
-
-def inferencex_layouts(df: pd.DataFrame) -> pd.DataFrame:
-    """InferenceX rows labelled with the decode layout their file records.
-
-    The tidy loader keeps only GPU counts, so two deployments with the same counts but different decode
-    engines (``EP`` and ``DP Attention`` columns) would share one label. Each such row gets
-    ``decode_topology`` ``DP<EP>+EP`` (DP attention) or ``TEP<EP>`` and ``n_decode_workers`` = decode GPUs
-    / EP, read from the same file. The prefill side stays a GPU count: the file does not say its layout.
-    """
-    if len(df) == 0 or "source" not in df.columns or not (df["source"] == "inferencex").any():
-        return df
-    from pdtune.perfmodel.inferencex import read_points
-
-    out = df.copy()
-    for column in ("decode_topology",):
-        out[column] = out[column].astype(object)
-    for path, rows in out[out["source"] == "inferencex"].groupby("path").groups.items():
-        points = read_points(path)
-        lookup: dict[tuple[int, int, int], tuple[str, int]] = {}
-        for i, point in enumerate(points, start=1):
-            key = (int(float(point["Concurrency"])), int(float(point["Num Prefill GPUs"])),
-                   int(float(point["Num Decode GPUs"])))
-            ep = int(float(point["EP"]))
-            dp_attention = point.get("DP Attention", "").strip().lower() == "true"
-            if key[2] % ep:
-                raise InputError(f"{path} (row {i})", "EP",
-                                 f"{key[2]} decode GPUs do not split into engines of {ep}")
-            lookup[key] = (f"DP{ep}+EP" if dp_attention else f"TEP{ep}", key[2] // ep)
-        for index in rows:
-            key = (int(out.at[index, "concurrency"]), int(out.at[index, "gpus_prefill"]),
-                   int(out.at[index, "gpus_decode"]))
-            if key in lookup and not isinstance(out.at[index, "decode_topology"], str):
-                out.at[index, "decode_topology"], out.at[index, "n_decode_workers"] = lookup[key]
     return out
 
 

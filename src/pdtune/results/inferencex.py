@@ -11,7 +11,9 @@ Its quirks, from the published file (recipes/.../InferenceX_DeepSeek-R1-0528_int
 The unit of the ``(ms)`` columns is checked per row against the file's own ``Median Interactivity``
 (= 1 / median TPOT): if a later export fixes the unit, the loader notices instead of scaling twice.
 ``Spec Decoding`` names the method but not the number of tokens, so ``mtp_tokens`` is 0 for ``none`` and
-unknown otherwise.
+unknown otherwise. ``EP`` and ``DP Attention`` name the decode engines: ``DP<EP>+EP`` with DP attention,
+``TEP<EP>`` without, ``decode GPUs / EP`` of them. Without them two deployments with the same GPU counts
+(the file's EP32 point and its EP8 points) would be indistinguishable. The prefill layout is not recorded.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def rows(path: Path) -> list[Row]:
             "tpot_ms_mean": ms["Mean TPOT (ms)"],
             "tpot_ms_p99": ms["P99 TPOT (ms)"],
             "mtp_tokens": 0 if spec in ("none", "no", "false") else None,
+            **(_decode_layout(values, label, gpus.decode) if disagg else {}),
             "gpus": gpus,
             "modeled": False,
             "_label": label,
@@ -83,6 +86,16 @@ def rows(path: Path) -> list[Row]:
     if not out:
         raise InputError(path, "rows", "the CSV has a header but no rows")
     return out
+
+
+def _decode_layout(values: dict[str, str], label: str, decode_gpus: int) -> dict[str, object]:
+    ep = whole(values.get("EP"), label, "EP")
+    if ep is None:
+        return {}
+    if ep <= 0 or decode_gpus % ep:
+        raise InputError(label, "EP", f"{decode_gpus} decode GPUs do not split into engines of {ep}")
+    dp_attention = str(values.get("DP Attention", "")).strip().lower() == "true"
+    return {"decode_topology": f"DP{ep}+EP" if dp_attention else f"TEP{ep}", "n_decode_workers": decode_gpus // ep}
 
 
 def _ms(values: dict[str, str], label: str, name: str, to_ms: float) -> float | None:

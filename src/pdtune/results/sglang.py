@@ -15,7 +15,7 @@ from typing import Any
 
 from pdtune.errors import InputError
 from pdtune.results.schema import Row, deployment_fields, number, text, whole
-from pdtune.results.vllm_bench import _PerRequest, name_hints
+from pdtune.results.vllm_bench import _PerRequest, completed_and_concurrency, name_hints
 
 SOURCE = "sglang"
 
@@ -24,17 +24,7 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
     source = str(path)
     label = f"{source}{where}"
     hints = name_hints(path) if hints is None else hints
-    completed = whole(record.get("completed"), label, "completed", positive=False)
-    if completed == 0:
-        raise InputError(label, "completed", "no request completed")
-    concurrency = whole(record.get("max_concurrency"), label, "max_concurrency")
-    if concurrency is None:
-        concurrency = hints.get("concurrency")
-    elif "concurrency" in hints and hints["concurrency"] != concurrency:
-        raise InputError(label, "max_concurrency",
-                         f"is {concurrency} but the file name says concurrency {hints['concurrency']}")
-    if concurrency is None:
-        raise InputError(label, "max_concurrency", "missing (a request-rate run has no concurrency)")
+    completed, concurrency = completed_and_concurrency(record, label, hints)
 
     isl = osl = None
     if str(record.get("dataset_name", "random")).startswith("random"):

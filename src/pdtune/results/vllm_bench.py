@@ -103,11 +103,12 @@ class _PerRequest:
         return float(np.percentile(values, q)) * 1e3
 
 
-def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None, where: str = "") -> list[Row]:
-    """One row from one result record; ``where`` names the record inside a multi-record file."""
-    source = str(path)
-    label = f"{source}{where}"
-    hints = name_hints(path) if hints is None else hints
+def completed_and_concurrency(record: dict[str, Any], label: str, hints: dict[str, int]) -> tuple[int | None, int]:
+    """Requests completed and the concurrency a benchmark record (vLLM's or SGLang's) ran at.
+
+    The record's ``max_concurrency`` wins; the file name (``..._concurrency_<C>...``) fills it in when the record
+    has none, and the two must agree when both are there.
+    """
     completed = whole(record.get("completed"), label, "completed", positive=False)
     if completed == 0:
         raise InputError(label, "completed", "no request completed")
@@ -119,6 +120,15 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
                          f"is {concurrency} but the file name says concurrency {hints['concurrency']}")
     if concurrency is None:
         raise InputError(label, "max_concurrency", "missing (a request-rate run has no concurrency)")
+    return completed, concurrency
+
+
+def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None, where: str = "") -> list[Row]:
+    """One row from one result record; ``where`` names the record inside a multi-record file."""
+    source = str(path)
+    label = f"{source}{where}"
+    hints = name_hints(path) if hints is None else hints
+    completed, concurrency = completed_and_concurrency(record, label, hints)
 
     isl = _first_int(record, ("isl", "input_len", "random_input_len"), label) or hints.get("isl")
     osl = _first_int(record, ("osl", "output_len", "random_output_len"), label) or hints.get("osl")
