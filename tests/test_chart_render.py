@@ -131,6 +131,17 @@ def test_live_explorer_needs_a_kernel(displayed) -> None:
     assert len(displayed) == 1
 
 
+def test_live_explorer_in_a_kernel_shows_one_widget_unless_batch(monkeypatch, displayed) -> None:
+    monkeypatch.setattr(render, "_in_live_kernel", lambda: True)
+    monkeypatch.delenv(render.STATIC_BUILD_ENV, raising=False)
+    monkeypatch.delenv(render.NO_WIDGETS_ENV, raising=False)
+    assert render.live_explorer(lambda n: n, name="x", n=(1, 2)) is None  # nothing left to display twice
+    assert len(displayed) == 1 and "runs in a live notebook" not in str(displayed[0])
+    monkeypatch.setenv(render.NO_WIDGETS_ENV, "1")  # the workbook's papermill kernels
+    render.live_explorer(lambda n: n, name="x", n=(1, 2))
+    assert "runs in a live notebook" in displayed[1]["text/plain"]
+
+
 def test_ratio_title_names_both_sides() -> None:
     assert style.ratio_title("total tokens/s", "all GPUs") == "total tokens/s ÷ all GPUs"
     assert style.ratio_title("KV cache", "request", unit="MiB") == "KV cache ÷ request (MiB)"

@@ -422,3 +422,16 @@ def test_measured_rows_next_to_predicted_ones_get_their_own_labels():
     # GPUs = 666.7 tok/s/GPU. The measured point (60 tok/s/user, 900 tok/s/GPU) dominates them all: the
     # envelope is that one measured, unmodeled point.
     assert env[["deployment", "modeled"]].values.tolist() == [["1xTEP8 : 1xTEP8", False]]
+
+
+def test_winner_runs_merge_consecutive_wins() -> None:
+    from pdtune.frontier import winner_runs
+
+    best = pd.DataFrame({"concurrency": [1, 2, 4, 8, 16], "deployment": ["a", "a", "b", "a", "a"]})
+    runs = winner_runs(best)
+    assert runs.to_dict("records") == [
+        {"deployment": "a", "from_concurrency": 1, "to_concurrency": 2, "points": 2},
+        {"deployment": "b", "from_concurrency": 4, "to_concurrency": 4, "points": 1},
+        {"deployment": "a", "from_concurrency": 8, "to_concurrency": 16, "points": 2},
+    ]
+    assert winner_runs(best.iloc[:0]).empty

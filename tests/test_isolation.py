@@ -363,9 +363,10 @@ def test_the_staircase_is_envelope_at(df: pd.DataFrame) -> None:
     assert (np.diff(xy[:, 0]) >= 0).all() and (np.diff(xy[:, 1]) <= 0).all()
     assert ((np.diff(xy[:, 0]) == 0) | (np.diff(xy[:, 1]) == 0)).all()
     assert set(map(tuple, env[["tps_per_user", "tps_per_gpu"]].to_numpy())) <= set(map(tuple, xy))
-    top = env["tps_per_user"].max()
-    for q in np.linspace(0, top, 23)[:-1]:
-        assert _level(steps, q) == envelope_at(env, [q + 1e-9])[0]
+    # one query inside every horizontal segment, at its middle, where no rounding can cross a step edge
+    edges = np.unique(np.concatenate([[0.0], env["tps_per_user"].to_numpy(dtype=float)]))
+    for q in (edges[:-1] + edges[1:]) / 2:
+        assert _level(steps, q) == envelope_at(env, [q])[0]
     # each corner names the deployment that delivers its level
     for corner in steps[steps["kind"] == "corner"].itertuples():
         level = env[env["tps_per_gpu"] == corner.tps_per_gpu]

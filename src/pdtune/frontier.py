@@ -303,6 +303,22 @@ def best_per_concurrency(df: pd.DataFrame, metric: str = Y_AXIS) -> pd.DataFrame
     return best.drop(columns="_metric")
 
 
+def winner_runs(best: pd.DataFrame, column: str = "deployment") -> pd.DataFrame:
+    """Consecutive concurrencies won by the same ``column`` value, merged: who wins where, one row each.
+
+    ``best`` is :func:`best_per_concurrency`'s frame (or any frame with ``concurrency`` and ``column``, in
+    concurrency order); the result has ``column``, ``from_concurrency``, ``to_concurrency`` and ``points``.
+    """
+    runs: list[dict[str, Any]] = []
+    for winner, concurrency in zip(best[column], best["concurrency"], strict=True):
+        if runs and runs[-1][column] == winner:
+            runs[-1]["to_concurrency"] = concurrency
+            runs[-1]["points"] += 1
+        else:
+            runs.append({column: winner, "from_concurrency": concurrency, "to_concurrency": concurrency, "points": 1})
+    return pd.DataFrame(runs, columns=[column, "from_concurrency", "to_concurrency", "points"])
+
+
 def _require_one_workload(df: pd.DataFrame, what: str) -> None:
     """A frontier across different ISL/OSL compares different work: refuse it."""
     keys = [c for c in ("isl", "osl") if c in df.columns]

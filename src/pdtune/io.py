@@ -1,10 +1,21 @@
-"""Atomic output: a file or folder appears whole or not at all."""
+"""Output: files that appear whole or not at all, and values ready for JSON."""
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready scalar: numpy to Python, NaN to ``None`` (JSON has no NaN)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -45,6 +45,7 @@ from pdtune.frontier import (
     rate_match,
     sla_pick,
     upper_envelope,
+    winner_runs as frontier_runs,
     with_deployment,
 )
 from pdtune.gpus import GpuSpec
@@ -261,16 +262,7 @@ def best_table(sweep: Sweep, metric: str = "tps_per_gpu") -> pd.DataFrame:
 
 def winner_runs(best: pd.DataFrame) -> pd.DataFrame:
     """Consecutive concurrencies won by the same deployment, merged: one line per run of wins."""
-    columns = ["best", "from_concurrency", "to_concurrency", "points"]
-    runs: list[dict[str, Any]] = []
-    for row in best.itertuples(index=False):
-        if runs and runs[-1]["best"] == row.best:
-            runs[-1]["to_concurrency"] = row.concurrency
-            runs[-1]["points"] += 1
-        else:
-            runs.append({"best": row.best, "from_concurrency": row.concurrency,
-                         "to_concurrency": row.concurrency, "points": 1})
-    return pd.DataFrame(runs, columns=columns)
+    return frontier_runs(best, "best")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,16 @@ from typing import Any
 import pandas as pd
 
 from pdtune import tables
-from pdtune.frontier import accuracy_gate, best_per_concurrency, deployment_label, sla_pick, upper_envelope
+from pdtune.frontier import (
+    accuracy_gate,
+    best_per_concurrency,
+    deployment_label,
+    sla_pick,
+    upper_envelope,
+    winner_runs,
+)
 from pdtune.gpus import load_gpu
+from pdtune.io import plain
 from pdtune.model import ModelSpec, load_model
 from pdtune.results import load_results, parse_gpus
 from pdtune.scenario import Scenario
@@ -83,14 +91,10 @@ class PhaseSummary:
 
     def runs(self) -> list[dict[str, Any]]:
         """Consecutive concurrencies won by the same deployment, merged: who wins where, in one line each."""
-        out: list[dict[str, Any]] = []
-        for row in self.best:
-            if out and out[-1]["deployment"] == row["deployment"]:
-                out[-1]["to_concurrency"] = row["concurrency"]
-            else:
-                out.append({"deployment": row["deployment"], "from_concurrency": row["concurrency"],
-                            "to_concurrency": row["concurrency"]})
-        return out
+        if not self.best:
+            return []
+        runs = winner_runs(pd.DataFrame(list(self.best)), "deployment").drop(columns="points")
+        return [{k: plain(v) for k, v in run.items()} for run in runs.to_dict("records")]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -257,7 +261,7 @@ def state_command(scenario: Scenario, *, tp: int = 1, num_speculative_tokens: in
 
 
 def _engine_row(row: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
-    out = {k: _plain(v) for k, v in row.items()}
+    out = {k: plain(v) for k, v in row.items()}
     kv_gib = out.get("kv_cache_gib")
     if out.get("requests_per_engine") is not None and kv_gib is not None:
         k = scenario.num_speculative_tokens if out["mtp"] else 0
@@ -289,9 +293,9 @@ def _point(row: pd.Series | dict[str, Any]) -> dict[str, Any]:
     get = row.get
     return {
         "deployment": str(get("deployment")),
-        "concurrency": _plain(get("concurrency")),
-        "tps_per_gpu": _plain(get("tps_per_gpu")),
-        "tps_per_user": _plain(get("tps_per_user")),
+        "concurrency": plain(get("concurrency")),
+        "tps_per_gpu": plain(get("tps_per_gpu")),
+        "tps_per_user": plain(get("tps_per_user")),
         "modeled": bool(get("modeled")) if get("modeled") is not None else None,
     }
 
@@ -336,15 +340,6 @@ def _frontier(df: pd.DataFrame | None, scenario: Scenario) -> FrontierSummary | 
         sla=pick.to_dict(),
         command=shlex.join(words),
     )
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready scalars: numpy to Python, NaN to None."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
 
 
 # ------------------------------------------------------------------------------------- markdown
@@ -458,4 +453,3 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
     if s.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n"
-

@@ -42,6 +42,7 @@ import yaml
 
 from pdtune import __version__, versions
 from pdtune.charts.bookbuild import TOC_NAME, resolve_entry, toc_entries
+from pdtune.charts.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import load_model, models_dir
@@ -412,8 +413,10 @@ def _init_worker(progress: Any, env: dict[str, str]) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
-    # Executed notebooks are read outside the book too: every chart must carry its own vega bundle.
-    os.environ.pop("PDTUNE_STATIC_BUILD", None)
+    # Executed notebooks are read outside the book too: every chart must carry its own vega bundle;
+    # nobody will move an explorer's sliders, so it leaves its note rather than a widget without state.
+    os.environ.pop(STATIC_BUILD_ENV, None)
+    os.environ[NO_WIDGETS_ENV] = "1"
 
 
 def _kernel_env() -> dict[str, str]:
@@ -656,6 +659,11 @@ def run_workbook(
             error = f"cannot read the chapter: {exc}".splitlines()[0]
             outcomes[c.number] = {"status": "failed", "error": error}
     notes = {number: _declaration_notes(cell, values) for number, cell in cells.items()}
+    # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
+    # it would cost seconds each. A no-op when the dir is current.
+    from pdtune.charts.vendor import VENDOR_DIR, write_vendor
+
+    write_vendor(VENDOR_DIR)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".pdtune-workbook-", dir=out.parent))

@@ -26,6 +26,9 @@ from typing import Any
 import altair as alt
 
 STATIC_BUILD_ENV = "PDTUNE_STATIC_BUILD"
+#: Set for kernels nobody will interact with (the workbook's papermill runs): explorers print their note,
+#: while charts still inline the vega bundle so the executed notebooks stand alone.
+NO_WIDGETS_ENV = "PDTUNE_NO_WIDGETS"
 ID_PREFIX = "pdtune-"
 CHART_CLASS = "pdtune-chart"
 LIVE_NOTE_CLASS = "pdtune-live-note"
@@ -68,9 +71,13 @@ _EMBED_SCRIPT = """<script>
 </script>"""
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def is_static_build() -> bool:
     """True while the static book is being built (the only place explorers cannot run)."""
-    return os.environ.get(STATIC_BUILD_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return _flag(STATIC_BUILD_ENV)
 
 
 def _spec_json(spec: dict[str, Any]) -> str:
@@ -181,12 +188,13 @@ def live_note(name: str) -> str:
 def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any) -> Any:
     """Show an ipywidgets explorer of ``function`` over ``controls`` (as ``ipywidgets.interactive``).
 
-    In a live kernel it returns the widget. In the static build, or outside Jupyter, there is nobody to
-    move a slider, so it shows a short note instead of a dead widget and returns ``None``.
+    In a live kernel it displays the widget. In the static build, in a batch run (``PDTUNE_NO_WIDGETS``) or
+    outside Jupyter there is nobody to move a slider, so it shows a short note instead of a dead widget.
+    It returns ``None`` either way, so a call left as a cell's last expression is not displayed twice.
     """
     from IPython.display import display
 
-    if is_static_build() or not _in_live_kernel():
+    if is_static_build() or _flag(NO_WIDGETS_ENV) or not _in_live_kernel():
         note = live_note(name)
         display(
             {
@@ -198,9 +206,8 @@ def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any
         return None
     import ipywidgets
 
-    widget = ipywidgets.interactive(function, **controls)
-    display(widget)
-    return widget
+    display(ipywidgets.interactive(function, **controls))
+    return None
 
 
 def reset_page() -> None:

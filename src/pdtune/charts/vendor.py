@@ -59,6 +59,16 @@ def vega_lite_version() -> str:
 
 @lru_cache(maxsize=1)
 def vega_bundle_js() -> str:
+    """The bundle as :func:`generate_vega_bundle_js` writes it, read from the vendor dir when that is current.
+
+    Every executed chapter inlines the bundle; generating it costs seconds of CPU per kernel, reading it none.
+    """
+    if is_current(VENDOR_DIR):
+        return (VENDOR_DIR / VEGA_BUNDLE).read_text(encoding="utf-8")
+    return generate_vega_bundle_js()
+
+
+def generate_vega_bundle_js() -> str:
     """Vega, Vega-Lite and vega-embed as one classic script that defines ``window.vegaEmbed`` & co.
 
     vl-convert returns module-style code with top-level ``const`` declarations; two such scripts on a page
@@ -129,7 +139,7 @@ def write_vendor(dest: Path = VENDOR_DIR, *, force: bool = False) -> bool:
     try:
         bundle = staging / VEGA_BUNDLE
         bundle.parent.mkdir(parents=True)
-        bundle.write_text(vega_bundle_js(), encoding="utf-8")
+        bundle.write_text(generate_vega_bundle_js(), encoding="utf-8")
         for rel, src in _mathjax_files():
             target = staging / MATHJAX_DIR / rel
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from pdtune.commands._common import emit_json, fraction, non_negative_float
 from pdtune.frontier import GateResult, SlaPick, accuracy_gate, sla_pick, upper_envelope
+from pdtune.io import plain
 from pdtune.results import add_gpus_argument, gpus_from_args, load_results
 
 # What each axis divides by, said once for the table header and the JSON.
@@ -117,7 +118,7 @@ def _as_json(results: pd.DataFrame, kept: pd.DataFrame, envelope: pd.DataFrame, 
     columns = ["deployment", "concurrency", "tps_per_gpu", "tps_per_user", "modeled", "source", "path"]
     points = []
     for record in envelope[[c for c in columns if c in envelope.columns]].to_dict("records"):
-        points.append({k: _plain(v) for k, v in record.items()})
+        points.append({k: plain(v) for k, v in record.items()})
     return {
         "axes": {"tps_per_gpu": TPS_PER_GPU, "tps_per_user": TPS_PER_USER},
         "workload": _workload(kept),
@@ -127,12 +128,3 @@ def _as_json(results: pd.DataFrame, kept: pd.DataFrame, envelope: pd.DataFrame, 
         "envelope": points,
         "sla": [pick.to_dict() for pick in picks],
     }
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready scalars: numpy to Python, NaN to null."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
