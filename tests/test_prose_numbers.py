@@ -50,9 +50,7 @@ PUBLISHED_CONFIG_FIELDS = (
 )
 
 #: Published by the article but not in data/article/*.csv yet: (number, unit or "") -> where.
-PUBLISHED_ELSEWHERE = {
-    ("1242", "GiB"): "article, model: 1242 GiB of NVFP4 experts (data/models/qwen3.8-2.4t/README.md)",
-}
+PUBLISHED_ELSEWHERE: dict[tuple[str, str], str] = {}
 
 #: Inputs an exercise picks: neither the article's nor results, but what the reader is asked about.
 EXERCISE_INPUTS: dict[str, set[str]] = {
