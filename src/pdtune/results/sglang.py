@@ -15,7 +15,7 @@ from typing import Any
 
 from pdtune.errors import InputError
 from pdtune.results.schema import Row, deployment_fields, number, text, whole
-from pdtune.results.vllm_bench import _PerRequest, completed_and_concurrency, name_hints
+from pdtune.results.vllm_bench import _PerRequest, completed_and_concurrency, name_hints, workload_from_totals
 
 SOURCE = "sglang"
 
@@ -33,11 +33,7 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
     isl = isl if isl is not None else hints.get("isl")
     osl = osl if osl is not None else hints.get("osl")
     total_in = number(record.get("total_input_tokens"), label, "total_input_tokens")
-    total_out = number(record.get("total_output_tokens"), label, "total_output_tokens")
-    if isl is None and total_in is not None and completed:
-        isl = round(total_in / completed)
-    if osl is None and total_out is not None and completed:
-        osl = round(total_out / completed)
+    isl, osl = workload_from_totals(record, label, isl, osl, completed)
 
     output_tps = number(record.get("output_throughput"), label, "output_throughput")
     total_tps = number(record.get("total_throughput"), label, "total_throughput")

@@ -123,6 +123,19 @@ def completed_and_concurrency(record: dict[str, Any], label: str, hints: dict[st
     return completed, concurrency
 
 
+def workload_from_totals(record: dict[str, Any], label: str, isl: int | None, osl: int | None,
+                         completed: int | None) -> tuple[int | None, int | None]:
+    """ISL and OSL where the record does not state them: total tokens over completed requests."""
+    # Both totals are read (and checked) even when ISL and OSL are known: a malformed file is still an error.
+    total_in = number(record.get("total_input_tokens"), label, "total_input_tokens")
+    total_out = number(record.get("total_output_tokens"), label, "total_output_tokens")
+
+    def per_request(total: float | None) -> int | None:
+        return round(total / completed) if total is not None and completed else None
+
+    return (isl if isl is not None else per_request(total_in), osl if osl is not None else per_request(total_out))
+
+
 def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None, where: str = "") -> list[Row]:
     """One row from one result record; ``where`` names the record inside a multi-record file."""
     source = str(path)
@@ -133,11 +146,7 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
     isl = _first_int(record, ("isl", "input_len", "random_input_len"), label) or hints.get("isl")
     osl = _first_int(record, ("osl", "output_len", "random_output_len"), label) or hints.get("osl")
     total_in = number(record.get("total_input_tokens"), label, "total_input_tokens")
-    total_out = number(record.get("total_output_tokens"), label, "total_output_tokens")
-    if isl is None and total_in is not None and completed:
-        isl = round(total_in / completed)
-    if osl is None and total_out is not None and completed:
-        osl = round(total_out / completed)
+    isl, osl = workload_from_totals(record, label, isl, osl, completed)
 
     output_tps = number(record.get("output_throughput"), label, "output_throughput")
     total_tps = number(record.get("total_token_throughput"), label, "total_token_throughput")
