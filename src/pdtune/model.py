@@ -284,6 +284,16 @@ class _Config:
             raise InputError(self.source, key, "missing" if value is None else f"must be a string, got {value!r}")
         return value
 
+    def layer_types(self, n: int, mapping: dict[str, LayerKind]) -> tuple[LayerKind, ...]:
+        """``layer_types``: one known name per layer."""
+        types = self.list("layer_types")
+        if len(types) != n:
+            raise InputError(self.source, "layer_types", f"has {len(types)} entries for {n} layers")
+        unknown = sorted({str(t) for t in types} - set(mapping))
+        if unknown:
+            raise InputError(self.source, "layer_types", f"unknown layer type {unknown[0]!r}")
+        return tuple(mapping[t] for t in types)
+
     def list(self, key: str) -> list[Any]:
         value = self.raw.get(key)
         if not isinstance(value, list):
@@ -415,14 +425,9 @@ def _dense(cfg: _Config, common: dict[str, Any]) -> ModelSpec:
     window = cfg.opt_int("sliding_window")
     kinds: tuple[LayerKind, ...]
     if cfg.has("layer_types"):
-        types = cfg.list("layer_types")
-        if len(types) != n:
-            raise InputError(cfg.source, "layer_types", f"has {len(types)} entries for {n} layers")
-        mapping = {"full_attention": LayerKind.FULL_ATTENTION, "sliding_attention": LayerKind.SLIDING_ATTENTION}
-        try:
-            kinds = tuple(mapping[t] for t in types)
-        except KeyError as exc:
-            raise InputError(cfg.source, "layer_types", f"unknown layer type {exc.args[0]!r}") from None
+        kinds = cfg.layer_types(
+            n, {"full_attention": LayerKind.FULL_ATTENTION, "sliding_attention": LayerKind.SLIDING_ATTENTION}
+        )
         if LayerKind.SLIDING_ATTENTION in kinds and window is None:
             raise InputError(cfg.source, "sliding_window", "missing, but layer_types has sliding_attention layers")
     else:
@@ -469,14 +474,7 @@ def _mla(cfg: _Config, common: dict[str, Any]) -> ModelSpec:
 def _gdn_hybrid(cfg: _Config, common: dict[str, Any]) -> ModelSpec:
     n = cfg.int("num_hidden_layers")
     if cfg.has("layer_types"):
-        types = cfg.list("layer_types")
-        if len(types) != n:
-            raise InputError(cfg.source, "layer_types", f"has {len(types)} entries for {n} layers")
-        mapping = {"full_attention": LayerKind.FULL_ATTENTION, "linear_attention": LayerKind.GDN}
-        try:
-            kinds = tuple(mapping[t] for t in types)
-        except KeyError as exc:
-            raise InputError(cfg.source, "layer_types", f"unknown layer type {exc.args[0]!r}") from None
+        kinds = cfg.layer_types(n, {"full_attention": LayerKind.FULL_ATTENTION, "linear_attention": LayerKind.GDN})
     elif cfg.has("full_attention_interval"):
         every = cfg.int("full_attention_interval")
         # Qwen3-Next puts full attention last in every block of `every` layers.
