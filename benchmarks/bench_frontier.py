@@ -8,26 +8,17 @@ Times are the best of a few repeats, so a busy neighbour on the machine does not
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+
+from _timing import best_time
 
 from pdtune.frontier import pareto_frontier, rate_match
 
 N_POINTS = 1_000_000
 FRONTIER_RATIO_TARGET = 2.0
 RATE_MATCH_TARGET_S = 2.0
-
-
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def isolated_sweep(rng: np.random.Generator, role: str, topologies: list[tuple[str, int]], per: int) -> pd.DataFrame:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from _timing import best_time
 
 from pdtune.dataset import generate_dataset
 from pdtune.gpus import load_gpu
@@ -23,15 +23,6 @@ from pdtune.topology import parse_deployment
 
 DATASET_TARGET_S = 15.0
 DISAGG_POINT_TARGET_S = 0.05
-
-
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> int:

@@ -54,11 +54,9 @@ from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY
 from pdtune.perfmodel.costs import model_costs
 from pdtune.perfmodel.engine import Batch, EngineConfig, build_engine
 from pdtune.results import TIDY_COLUMNS, load_results, parse_gpus
-from pdtune.scenario import Scenario
+from pdtune.scenario import RESULT_KINDS, Scenario
 from pdtune.topology import Topology, parse_topology
 from pdtune.units import GiB
-
-KINDS: tuple[str, ...] = ("prefill", "decode", "disagg")
 
 _KIND_WORDS = {
     "prefill": "prefill-only",
@@ -166,8 +164,8 @@ def load_sweep(
     kept). ``canonical`` renames every topology to its canonical name (``TP8+EP`` -> ``TEP8``) so that
     labels from different sweeps of the same engine agree, as rate matching needs.
     """
-    if kind not in KINDS:
-        raise InputError("load_sweep", "kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
+    if kind not in RESULT_KINDS:
+        raise InputError("load_sweep", "kind", f"expected one of {', '.join(RESULT_KINDS)}, got {kind!r}")
     listed = [paths] if isinstance(paths, str) else list(paths)
     if not listed:
         note = (f"This scenario has no {_KIND_WORDS[kind]} sweep (`{kind}_results` is empty), so this "

@@ -19,6 +19,9 @@ from pdtune.paths import REPO_ROOT
 
 MODELED_CLUSTER = "data/clusters/gb300-qwen3.8-modeled"
 
+#: The three kinds of benchmark results a scenario names (``<kind>_results``), in the order the chapters read them.
+RESULT_KINDS: tuple[str, ...] = ("prefill", "decode", "disagg")
+
 
 @dataclass(frozen=True)
 class Scenario:

@@ -37,12 +37,10 @@ from pdtune.gpus import load_gpu
 from pdtune.io import plain
 from pdtune.model import ModelSpec, load_model
 from pdtune.results import load_results, parse_gpus
-from pdtune.scenario import Scenario
+from pdtune.scenario import RESULT_KINDS, Scenario
 from pdtune.state import StatePlan, plan_state
 from pdtune.units import GiB, MiB
 
-#: The three kinds of benchmark results a scenario names, in the order the chapters read them.
-RESULT_KINDS: tuple[str, ...] = ("prefill", "decode", "disagg")
 
 _KIND_TITLES = {
     "prefill": "Prefill isolation",
