@@ -266,3 +266,128 @@ def _rollup_workload(path: Path, metadata: JobMetadata | None) -> tuple[int | No
         if pairs:
             isl, osl = pairs.pop()
     return isl, osl, model
+
+
+# ------------------------------------------------------------------------------------------ recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An srt-slurm recipe (the YAML ``srtctl apply -f`` takes), as far as pdtune reads it.
+
+    GPUs per worker follow srt-slurm's ``ResourceConfig``: the explicit ``gpus_per_prefill`` (and so on), else
+    ``nodes * gpus_per_node // workers``; ``decode_nodes: 0`` puts decode workers on the prefill nodes with
+    the prefill workers' size.
+    """
+
+    path: str
+    name: str
+    model: str | None
+    gpu_type: str
+    gpus_per_node: int
+    disaggregated: bool
+    prefill_workers: int
+    decode_workers: int
+    gpus_per_prefill: int
+    gpus_per_decode: int
+    agg_workers: int
+    gpus_per_agg: int
+    nodes: int
+    backend: str
+    vllm_config: dict[str, dict[str, Any]]  # role -> its engine keys, as written
+    benchmark: dict[str, Any]
+    concurrencies: tuple[int, ...]
+
+    @property
+    def gpus(self) -> GpuCounts:
+        if self.disaggregated:
+            return GpuCounts.disaggregated(self.prefill_workers * self.gpus_per_prefill,
+                                           self.decode_workers * self.gpus_per_decode)
+        return GpuCounts.aggregated(self.agg_workers * self.gpus_per_agg)
+
+    def flags(self, role: str) -> list[str]:
+        """The command-line flags srt-slurm passes for one role: ``--key`` per key whose value is not false."""
+        config = self.vllm_config.get(role, {})
+        return [f"--{str(k).replace('_', '-')}" for k, v in config.items() if v is not False and v is not None]
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read an srt-slurm recipe YAML; a missing or malformed field is bad input naming it."""
+    from pdtune.io import read_mapping
+
+    source = Path(path)
+    record = read_mapping(source, "recipe")
+    where = str(source)
+    for key in ("name", "model", "resources"):
+        if key not in record:
+            raise InputError(source, key, "missing")
+    res = as_dict(record.get("resources"))
+    gpu_type = text(res.get("gpu_type"))
+    if not gpu_type:
+        raise InputError(source, "resources.gpu_type", "missing")
+
+    def count(key: str, default: int | None = None) -> int | None:
+        value = whole(res.get(key), where, f"resources.{key}", positive=False)
+        return default if value is None else value
+
+    gpn = count("gpus_per_node", 4) or 4
+    prefill_nodes, decode_nodes = count("prefill_nodes"), count("decode_nodes")
+    disaggregated = prefill_nodes is not None or decode_nodes is not None
+    workers = {role: count(f"{role}_workers", 0) or 0 for role in ("prefill", "decode", "agg")}
+
+    def per_worker(role: str, nodes: int | None) -> int:
+        explicit = count(f"gpus_per_{role}")
+        if explicit is not None:
+            return explicit
+        if nodes and workers[role]:
+            return nodes * gpn // workers[role]
+        return gpn
+
+    per_prefill = per_worker("prefill", prefill_nodes)
+    per_decode = per_worker("decode", decode_nodes)
+    if decode_nodes == 0 and workers["decode"] and count("gpus_per_decode") is None:
+        per_decode = per_prefill  # sharing the prefill nodes: srt-slurm inherits the prefill size
+    agg_nodes = count("agg_nodes")
+    per_agg = per_worker("agg", agg_nodes)
+    if disaggregated and not (workers["prefill"] and workers["decode"]):
+        raise InputError(source, "resources.prefill_workers",
+                         "a disaggregated recipe needs prefill and decode workers")
+    backend = as_dict(record.get("backend"))
+    config = as_dict(backend.get("vllm_config"))
+    roles = {str(role): dict(as_dict(cfg)) for role, cfg in config.items()}
+    bench = as_dict(record.get("benchmark"))
+    concurrencies = _concurrency_list(bench.get("concurrencies"), where)
+    model = record.get("model")
+    return Recipe(
+        path=where,
+        name=str(record["name"]),
+        model=text(model.get("path")) if isinstance(model, dict) else text(model),
+        gpu_type=gpu_type,
+        gpus_per_node=gpn,
+        disaggregated=disaggregated,
+        prefill_workers=workers["prefill"],
+        decode_workers=workers["decode"],
+        gpus_per_prefill=per_prefill,
+        gpus_per_decode=per_decode,
+        agg_workers=workers["agg"] or (0 if disaggregated else 1),
+        gpus_per_agg=per_agg,
+        nodes=(prefill_nodes or 0) + (decode_nodes or 0) if disaggregated else (agg_nodes or 1),
+        backend=str(backend.get("type", "sglang")),
+        vllm_config=roles,
+        benchmark=dict(bench),
+        concurrencies=concurrencies,
+    )
+
+
+def _concurrency_list(value: Any, where: str) -> tuple[int, ...]:
+    """``"256x512x1024"`` or a list, as srt-slurm's ``BenchmarkConfig.get_concurrency_list`` reads it."""
+    if value is None:
+        return ()
+    parts = value if isinstance(value, list) else str(value).split("x")
+    out = []
+    for part in parts:
+        number = whole(part if not isinstance(part, str) else part.strip(), where, "benchmark.concurrencies")
+        if number is None or number < 1:
+            raise InputError(where, "benchmark.concurrencies", f"expected whole numbers >= 1, got {value!r}")
+        out.append(number)
+    return tuple(out)
