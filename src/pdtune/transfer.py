@@ -111,6 +111,12 @@ def load_link(gpu: str, scope: str) -> Link:
     return table[key]
 
 
+def link_table(n_bytes: int, efficiency: float = 1.0) -> list[dict[str, object]]:
+    """Every bundled link with the time ``n_bytes`` take over it (the chapter's worked number)."""
+    return [{**link.to_dict(), "ms": 1000 * link.seconds(n_bytes, efficiency)}
+            for _, link in sorted(_links(str(links_file())).items())]
+
+
 def pool_scope(prefill_gpu: GpuSpec, decode_gpu: GpuSpec, gpus_total: int) -> str:
     """``nvlink`` when both pools are one GPU kind and the deployment fits one NVLink domain, else
     ``scale_out``."""
