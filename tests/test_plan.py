@@ -286,3 +286,13 @@ def test_other_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     capsys.readouterr()
     _bad([*article_plan, "--prefill-results", str(tmp_path / "ds" / "prefill")], capsys,
          "the prefill sweep ran ISL 4096, the plan is for ISL 8192")
+
+
+def test_summaries_for_the_chapter(dsv3: Plan) -> None:
+    summary = dsv3.search_summary()
+    assert list(summary["role"]) == ["prefill", "decode"]
+    assert summary["candidates"].sum() == len(dsv3.candidates)
+    assert summary["rejected"].sum() == len(dsv3.rejected) and summary["pruned"].sum() == len(dsv3.pruned)
+    transfers = dsv3.transfer_frame()
+    assert len(transfers) and (transfers["share_of_ttft_max"] < 1).all()
+    assert (transfers["kv_transfer_ms"] > 0).all()

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -519,6 +519,30 @@ class Plan:
         fast = f.loc[f["tps_per_user"].idxmax()]
         return {"throughput": _plain_row(top), "latency": _plain_row(fast)}
 
+    def search_summary(self) -> pd.DataFrame:
+        """Per role: layouts tried, kept as candidates, rejected (heads, experts, memory, budget) and pruned."""
+        rows = []
+        for role in ("prefill", "decode"):
+            rows.append({
+                "role": role,
+                "gpu": (self.prefill_gpu if role == "prefill" else self.decode_gpu).name,
+                "candidates": sum(1 for c in self.candidates if c.role == role),
+                "rejected": sum(1 for r in self.rejected if r.role == role),
+                "pruned": sum(1 for p in self.pruned if p.startswith(role + " ")),
+                "network_charged": sum(1 for c in self.candidates if c.role == role and c.network_charged),
+                "source": ", ".join(sorted({c.source.split(":")[0] for c in self.candidates if c.role == role})),
+            })
+        return pd.DataFrame(rows)
+
+    def transfer_frame(self) -> pd.DataFrame:
+        """One row per prefill -> decode layout pair and link of the table: bytes, link, time, share of TTFT."""
+        cols = ["prefill_topology", "decode_topology", "mtp_tokens", "kv_link", "kv_mib_per_request",
+                "kv_transfer_ms", "prefill_block_tokens", "decode_block_tokens", "block_size_to_set"]
+        frame = self.table[cols + ["kv_transfer_share"]]
+        return (frame.groupby(cols, dropna=False, sort=False)["kv_transfer_share"]
+                .agg(["min", "max"]).rename(columns={"min": "share_of_ttft_min", "max": "share_of_ttft_max"})
+                .reset_index())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "generator": "pdtune plan",
@@ -902,22 +926,6 @@ def load_plan(path: str | Path) -> dict[str, Any]:
         if key not in data:
             raise InputError(source, key, "missing")
     return data
-
-
-def settings_from(data: dict[str, Any], source: str = "PLAN.json") -> PlanSettings:
-    raw = dict(data["settings"])
-    raw["grid"] = tuple(raw.get("grid", GRID))
-    for key in ("prefill_topologies", "decode_topologies"):
-        if raw.get(key) is not None:
-            raw[key] = tuple(raw[key])
-    try:
-        return PlanSettings(**raw)
-    except TypeError as exc:
-        raise InputError(source, "settings", str(exc)) from None
-
-
-def replace_settings(s: PlanSettings, **changes: Any) -> PlanSettings:
-    return replace(s, **changes)
 
 
 def sla_list(floors: Iterable[float] | None, max_ttft_ms: float | None,

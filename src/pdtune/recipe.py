@@ -159,6 +159,9 @@ def _engine(role: str, topology: str, mtp: int, concurrency: int, settings: dict
     ``max-num-batched-tokens`` anyway.
     """
     topo = parse_topology(topology)
+    if getattr(topo, "ep_size", None):  # MoE-TP x MoE-EP (``+EP<n>``): vLLM splits experts over all ranks only
+        raise InputError(topology, "topology", "vLLM has no layout with experts over a subset of the ranks "
+                                               "(+EP<n>); use +EP or no expert parallelism")
     seqs = max(1, math.ceil(concurrency / topo.dp))  # requests per DP rank
     if role == "prefill":
         seqs = max(8, 1 << (2 * seqs - 1).bit_length())

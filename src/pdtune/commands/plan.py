@@ -134,9 +134,10 @@ def render(result: Plan, written: list[str] | None = None) -> str:
         "frontier",
         "",
         "Frontier (upper envelope; * = SLA pick off the frontier). tok/s/GPU: total tokens/s over all GPUs; "
-        "tok/s/user: 1000 / TPOT; TTFT includes the KV transfer",
+        "tok/s/user: 1000 / TPOT; TTFT includes the KV transfer; from: prefill/decode sweeps, M = modeled, "
+        "X = measured",
         f"  {'row':>3}  {'deployment':<34} {'GPUs':>4} {'conc':>5} {'tok/s/GPU':>9} {'tok/s/user':>10} "
-        f"{'TTFT ms':>8} {'KV ms':>6} {'KV %':>5} {'link':<9} notes",
+        f"{'TTFT ms':>8} {'KV ms':>6} {'KV %':>5} {'link':<9} {'from':<4} notes",
     ]
     for r in result.table.to_dict("records"):
         notes = []
@@ -147,10 +148,11 @@ def render(result: Plan, written: list[str] | None = None) -> str:
         if r["picked_for"]:
             notes.append(f"pick: {r['picked_for']}")
         mark = " " if r["on_frontier"] else "*"
+        origin = "/".join("M" if str(r[k]).startswith("modeled") else "X" for k in ("prefill_source", "decode_source"))
         lines.append(
             f" {mark}{r['row']:>3}  {r['deployment']:<34} {r['gpus_total']:>4} {r['concurrency']:>5} "
             f"{r['tps_per_gpu']:>9,.0f} {r['tps_per_user']:>10.1f} {r['ttft_ms_p50']:>8,.0f} "
-            f"{r['kv_transfer_ms']:>6.2f} {100 * r['kv_transfer_share']:>4.1f}% {r['kv_link']:<9} "
+            f"{r['kv_transfer_ms']:>6.2f} {100 * r['kv_transfer_share']:>4.1f}% {r['kv_link']:<9} {origin:<4} "
             f"{'; '.join(notes)}")
     lines += ["", "Picks:"]
     lines += [f"  {picks_sentence(result, pick)}" for pick in result.picks]
