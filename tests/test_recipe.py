@@ -283,3 +283,37 @@ def test_the_script_reads_flags_as_argparse_registers_them(tmp_path: Path) -> No
         "--no-trust-request-chat-template": "serve", "--port": "serve", "--headless": "serve",
     }
     assert out.read_text(encoding="utf-8").startswith("# vLLM 9.9.9:")
+
+
+def test_outputs_of_a_measurement_recipe_feed_the_plan(article: dict[str, Any], tmp_path: Path) -> None:
+    """The loop the plan closes: srt-slurm copies the recipe it ran into outputs/<job>/config.yaml, so the
+    results loader learns each job's layout from it, and `pdtune plan --prefill-results` reads the sweep in
+    place of the model. The result files here are synthetic: the committed modeled TP2DP4+EP prefill sweep
+    with its pdtune keys (topology, modeled) removed, standing in for a cluster's sa-bench output."""
+    row = next(r for r in article["rows"] if r["prefill_topology"] == "TP2DP4+EP")
+    _, prefill, _ = row_recipes(article, row)
+    job = tmp_path / "outputs" / "4242"
+    bench = job / "logs" / "sa-bench_isl_8192_osl_2"
+    bench.mkdir(parents=True)
+    (job / "config.yaml").write_text(prefill.text(), encoding="utf-8")
+    res = prefill.body["resources"]
+    (job / "4242.json").write_text(json.dumps({"job_id": "4242", "model": {"path": "qwen3.8-2.4t"},
+                                               "resources": res, "benchmark": {"isl": 8192, "osl": 2}}),
+                                   encoding="utf-8")
+    source = REPO / "data" / "clusters" / "gb300-qwen3.8-modeled" / "prefill" / "outputs" / "1002"
+    for path in (source / "logs" / "sa-bench_isl_8192_osl_2").glob("results_*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for key in ("modeled", "modeled_note", "topology", "mode", "pdtune", "prefill_topology",
+                    "decode_topology", "n_prefill_workers", "n_decode_workers", "mtp_tokens", "gpu"):
+            record.pop(key, None)
+        (bench / path.name).write_text(json.dumps(record), encoding="utf-8")
+    from pdtune.results import load_results
+
+    df = load_results(tmp_path)
+    assert set(df["topology"]) == {"TP2DP4+EP"} and not df["modeled"].any()
+    p = plan(PlanSettings(model="qwen3.8-2.4t", gpu="gb300", max_gpus=72, isl=8192, osl=1024),
+             prefill_results=[str(tmp_path)])
+    assert {c.source.split(":")[0] for c in p.candidates if c.role == "prefill"} == {"measured"}
+    assert set(p.table["prefill_topology"]) == {"TP2DP4+EP"}
+    assert p.table["prefill_source"].str.startswith("measured: ").all()
+    assert p.table["modeled"].all()  # the decode side is still the model's

@@ -342,7 +342,8 @@ def _measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: st
     where = f"--{role}-results"
     if "topology" not in df.columns or df["topology"].isna().any():
         bad = df[df["topology"].isna()]["path"].iloc[0] if "topology" in df.columns else paths[0]
-        raise InputError(bad, "topology", f"{where}: every isolated sweep must name its topology")
+        raise InputError(bad, "topology", f"{where}: every isolated sweep must name its topology (a topology key, "
+                                          "or the recipe srt-slurm copies to outputs/<job>/config.yaml)")
     modes = set(df["mode"].dropna()) - {"agg", role}
     if modes:
         raise InputError(df["path"].iloc[0], "mode", f"{where} holds {', '.join(sorted(modes))} results")

@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from pdtune.results.gpus import GpuCounts
 from pdtune.results.schema import Row, as_dict, number, text, whole
 
 SOURCE = "srt-slurm"
+#: srt-slurm copies the recipe it ran into ``outputs/<job_id>/config.yaml`` (``srtctl/cli/submit.py``).
+RECIPE_COPY = "config.yaml"
 ROLLUP_SOURCE = "srt-slurm-rollup"
 ROLLUP_NAME = "benchmark-rollup.csv"
 
@@ -62,6 +65,7 @@ class JobMetadata:
     model: str | None
     isl: int | None
     osl: int | None
+    recipe: str | None = None  # the job's ``config.yaml`` (srt-slurm copies the recipe there), if present
 
 
 def is_metadata(record: dict[str, Any]) -> bool:
@@ -125,6 +129,9 @@ class MetadataFinder:
                 continue  # not the metadata; a broken metadata file is reported when loaded directly
             if isinstance(record, dict) and is_metadata(record):
                 found = parse_metadata(candidate, record)
+                recipe = folder / RECIPE_COPY
+                if recipe.is_file():
+                    found = replace(found, recipe=str(recipe))
                 break
         self._by_dir[folder] = found
         return found
@@ -189,6 +196,10 @@ def result_rows(path: Path, metadata: JobMetadata | None) -> list[Row]:
                 row.setdefault("n_prefill_workers", metadata.n_prefill_workers if gpus and gpus.prefill else None)
                 row.setdefault("n_decode_workers", metadata.n_decode_workers if gpus and gpus.prefill else None)
                 row["model"] = row.get("model") or metadata.model
+                if metadata.recipe is not None:
+                    for key, value in _recipe_layout(metadata.recipe).items():
+                        if row.get(key) is None:  # the result file's own keys win
+                            row[key] = value
             out.append(row)
     return out
 
@@ -377,6 +388,48 @@ def load_recipe(path: str | Path) -> Recipe:
         benchmark=dict(bench),
         concurrencies=concurrencies,
     )
+
+
+def engine_layout(config: dict[str, Any], where: str) -> tuple[str, int]:
+    """A ``vllm_config`` role's topology name (canonical: ``TEP8``, ``TP2DP4+EP``) and MTP draft tokens."""
+    from pdtune.topology import Topology
+
+    def size(key: str) -> int:
+        value = config.get(key, config.get(key.replace("-", "_")))
+        return whole(value, where, key) or 1
+
+    expert = config.get("enable-expert-parallel", config.get("enable_expert_parallel")) is True
+    topology = Topology(size("tensor-parallel-size"), size("data-parallel-size"), size("pipeline-parallel-size"),
+                        expert)
+    spec = config.get("speculative-config", config.get("speculative_config"))
+    mtp = 0
+    if spec:
+        try:
+            parsed = json.loads(spec) if isinstance(spec, str) else spec
+        except json.JSONDecodeError:
+            raise InputError(where, "speculative-config", f"not valid JSON: {spec!r}") from None
+        mtp = whole(as_dict(parsed).get("num_speculative_tokens"), where, "speculative-config") or 0
+    return topology.canonical, mtp
+
+
+@lru_cache(maxsize=256)
+def _recipe_layout(path: str) -> dict[str, Any]:
+    """Topology keys a job's recipe gives its result rows: an aggregated job's ``topology`` (and MTP), a
+    disaggregated job's prefill and decode topologies (MTP from decode)."""
+    recipe = load_recipe(path)
+    roles = recipe.vllm_config
+    where = f"{path}: backend.vllm_config"
+    if not recipe.disaggregated:
+        role = next(iter(roles), None)
+        if role is None:
+            return {}
+        name, mtp = engine_layout(roles[role], f"{where}.{role}")
+        return {"topology": name, "mtp_tokens": mtp}
+    if "prefill" not in roles or "decode" not in roles:
+        return {}
+    prefill, _ = engine_layout(roles["prefill"], f"{where}.prefill")
+    decode, mtp = engine_layout(roles["decode"], f"{where}.decode")
+    return {"prefill_topology": prefill, "decode_topology": decode, "mtp_tokens": mtp}
 
 
 def _concurrency_list(value: Any, where: str) -> tuple[int, ...]:
