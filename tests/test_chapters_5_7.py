@@ -29,8 +29,8 @@ import papermill
 import pytest
 
 import test_prose_numbers as prose
-from pdtune.charts.render import STATIC_BUILD_ENV
 from pdtune.scenario import Scenario
+from pdtune.site.render import STATIC_BUILD_ENV
 from pdtune.workbook import load_parameters
 
 ROOT = Path(__file__).resolve().parents[1]

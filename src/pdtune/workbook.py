@@ -41,14 +41,14 @@ from typing import Any
 import yaml
 
 from pdtune import __version__, versions
-from pdtune.charts.bookbuild import TOC_NAME, resolve_entry, toc_entries
-from pdtune.charts.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import load_model, models_dir
 from pdtune.paths import REPO_ROOT
 from pdtune.results import parse_gpus
 from pdtune.scenario import Scenario
+from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
+from pdtune.site.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.summary import KeyNumbers, default_title, key_numbers, to_markdown
 from pdtune.topology import parse_topology
 from pdtune.units import GiB
@@ -661,7 +661,7 @@ def run_workbook(
     notes = {number: _declaration_notes(cell, values) for number, cell in cells.items()}
     # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
     # it would cost seconds each. A no-op when the dir is current.
-    from pdtune.charts.vendor import VENDOR_DIR, write_vendor
+    from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
     write_vendor(VENDOR_DIR)
 
@@ -809,7 +809,7 @@ def build_html(folder: Path, chapters: Sequence[Chapter], results: Sequence[Chap
     (execution off), the same prose pages and table of contents, the same offline assets, plus a summary
     page first. Chapters that are missing are left out of the table of contents.
     """
-    from pdtune.charts.vendor import VENDOR_DIR, write_vendor
+    from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
     config = yaml.safe_load((book_root / "_config.yml").read_text(encoding="utf-8")) or {}
     static_paths = [str(p) for p in config.get("sphinx", {}).get("config", {}).get("html_static_path", [])]
