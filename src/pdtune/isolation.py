@@ -36,14 +36,15 @@ import pandas as pd
 
 from pdtune import tables
 from pdtune.errors import InputError
-from pdtune.frontier import (
+from pdtune.frontier import (  # noqa: F401  (envelope_steps, frontier_matches_brute_force, reverse_sla, sla: moved)
     accuracy_gate,
     best_per_concurrency,
-    frontier,
-    pareto_frontier,
+    envelope_steps,
+    frontier_matches_brute_force,
     predicted_vs_measured,
     rate_match,
-    sla_pick,
+    reverse_sla,
+    sla,
     upper_envelope,
     winner_runs as frontier_runs,
     with_deployment,
@@ -915,38 +916,6 @@ def envelope(df: pd.DataFrame) -> pd.DataFrame:
     return upper_envelope(df)
 
 
-def envelope_steps(env: pd.DataFrame, *, from_zero: bool = True) -> pd.DataFrame:
-    """The vertices of the envelope's staircase, for drawing it with straight segments.
-
-    Between two envelope points ``(x_i, y_i)`` and ``(x_{i+1}, y_{i+1})`` (``x`` tokens/s per user rising,
-    ``y`` throughput falling) the best reachable throughput is ``y_{i+1}``: whoever asks for more than
-    ``x_i`` must run the deployment of point ``i+1``. So the line drops at ``x_i`` to ``y_{i+1}`` and runs
-    flat to the next point; left of the first point it is flat at ``y_0`` from ``x = 0`` (unless
-    ``from_zero`` is False). Nothing is drawn
-    right of the last point, because nothing there is reachable. Each vertex carries the deployment and
-    concurrency that deliver its level (``kind`` is ``point`` or ``corner``).
-    """
-    columns = ["order", "tps_per_user", "tps_per_gpu", "deployment", "concurrency", "kind"]
-    if len(env) == 0:
-        return empty_frame(columns)
-    pts = env.sort_values("tps_per_user", kind="stable").reset_index(drop=True)
-    first = {"tps_per_user": 0.0, "tps_per_gpu": float(pts.at[0, "tps_per_gpu"]),
-             "deployment": pts.at[0, "deployment"], "concurrency": pts.at[0, "concurrency"], "kind": "corner"}
-    rows = [first] if from_zero else []
-    for i in range(len(pts)):
-        x, y = float(pts.at[i, "tps_per_user"]), float(pts.at[i, "tps_per_gpu"])
-        rows.append({"tps_per_user": x, "tps_per_gpu": y, "deployment": pts.at[i, "deployment"],
-                     "concurrency": pts.at[i, "concurrency"], "kind": "point"})
-        if i + 1 < len(pts):
-            nxt = pts.iloc[i + 1]
-            rows.append({"tps_per_user": x, "tps_per_gpu": float(nxt["tps_per_gpu"]),
-                         "deployment": nxt["deployment"], "concurrency": nxt["concurrency"],
-                         "kind": "corner"})
-    out = pd.DataFrame(rows)
-    out.insert(0, "order", range(len(out)))
-    return out[columns]
-
-
 @dataclass(frozen=True)
 class FrontierEnds:
     """The envelope's two ends beside the article's headline numbers."""
@@ -995,28 +964,6 @@ def pick_sentence(pick: Any, unit: str = "tokens/s per user") -> str:
         return f"No point reaches {floor} {unit}; the best in the data is {best}."
     return (f"{pick.deployment} at concurrency {pick.concurrency:,.0f}: {pick.tps_per_gpu:,.0f} total "
             f"tokens/s per GPU at {pick.tps_per_user:,.1f} tokens/s per user.")
-
-
-def sla(df: pd.DataFrame, min_tps_per_user: float) -> Any:
-    """:func:`pdtune.frontier.sla_pick` with a floor on tokens/s per user; None without data."""
-    return sla_pick(df, min_tps_per_user=min_tps_per_user) if len(df) else None
-
-
-def reverse_sla(df: pd.DataFrame, fractions: Sequence[float] = (1.0, 0.75, 0.5, 0.25)) -> pd.DataFrame:
-    """The reverse question: keeping at least a fraction of the best throughput per GPU, the most
-    interactive point (:func:`pdtune.frontier.sla_pick` with ``min_tps_per_gpu``)."""
-    columns = ["fraction_of_best", "min_tps_per_gpu", "deployment", "concurrency", "tps_per_gpu",
-               "tps_per_user"]
-    if len(df) == 0:
-        return empty_frame(columns)
-    top = float(df["tps_per_gpu"].max())
-    rows = []
-    for f in fractions:
-        pick = sla_pick(df, min_tps_per_gpu=f * top)
-        rows.append({"fraction_of_best": f, "min_tps_per_gpu": f * top, "deployment": pick.deployment,
-                     "concurrency": pick.concurrency, "tps_per_gpu": pick.tps_per_gpu,
-                     "tps_per_user": pick.tps_per_user})
-    return pd.DataFrame(rows, columns=columns)
 
 
 def reverse_sentence(table: pd.DataFrame, fraction: float = 0.5) -> str:
@@ -1144,21 +1091,6 @@ def prediction_ends_sentence(pred: Prediction) -> str:
         text += (f" The KV-room check removed {pred.infeasible:,} of {len(pred.rows):,} predicted points; "
                  f"without it the throughput end would be {loose:,.0f}.")
     return text
-
-
-def frontier_matches_brute_force(df: pd.DataFrame) -> bool:
-    """Whether the O(n log n) frontier of ``df`` is the set of points no other point dominates (checked
-    pair by pair, O(n^2): fine for the few hundred points of a sweep)."""
-    if len(df) == 0:
-        return True
-    x = df["tps_per_user"].to_numpy(dtype=float)
-    y = df["tps_per_gpu"].to_numpy(dtype=float)
-    fast = {(x[i], y[i]) for i in pareto_frontier(x, y)}
-    dominated = ((x[None, :] >= x[:, None]) & (y[None, :] >= y[:, None])
-                 & ((x[None, :] > x[:, None]) | (y[None, :] > y[:, None]))).any(axis=1)
-    brute = {(x[i], y[i]) for i in np.flatnonzero(~dominated)}
-    front = frontier(df)
-    return fast == brute and len(front) == len(brute)
 
 
 # ------------------------------------------------------------------------------------------ InferenceX
