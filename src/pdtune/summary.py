@@ -5,7 +5,7 @@ notebook's output, so a summary can be checked against ``pdtune state`` / ``pdtu
 right even when a chapter fails:
 
 * state per request: :func:`pdtune.state.plan_state` at TP=1 (the unsharded figure, the article's 759 MiB);
-* KV cache and max concurrency per decode engine: :func:`pdtune.tables.topology_capacity`, which is
+* KV cache and max concurrency per decode engine: :func:`pdtune.capacity.topology_capacity`, which is
   chapter 4's table (weights per GPU from the config, the measured or assumed overheads, vLLM's capacity);
 * best prefill and decode topology per concurrency: :func:`pdtune.frontier.best_per_concurrency`;
 * the two ends of the disaggregated frontier and the SLA pick: :func:`pdtune.frontier.upper_envelope`
@@ -24,7 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from pdtune import tables
+from pdtune import article
+from pdtune.capacity import topology_capacity
 from pdtune.frontier import (
     accuracy_gate,
     best_per_concurrency,
@@ -187,7 +188,7 @@ def key_numbers(scenario: Scenario) -> KeyNumbers:
     spec = load_model(scenario.model)
     gpu = load_gpu(scenario.gpu)
     state = request_state(spec, scenario)
-    engines = tables.topology_capacity(
+    engines = topology_capacity(
         spec,
         scenario.decode_topologies,
         gpu_memory_gib=scenario.gpu_memory_gib,
@@ -214,7 +215,7 @@ def key_numbers(scenario: Scenario) -> KeyNumbers:
         gpu={"name": gpu.name, "description": gpu.description, "gpu_memory_gib": scenario.gpu_memory_gib,
              "gpu_memory_utilization": scenario.gpu_memory_utilization},
         state=state,
-        reference_topology=tables.reference_topology(scenario.decode_topologies),
+        reference_topology=article.reference_topology(scenario.decode_topologies),
         engines=rows,
         phases=phases,
         frontier=_frontier(frames["disagg"], scenario),
