@@ -72,6 +72,13 @@ def _read(path: Path):
     return myst_nb_reader_plugin(str(path)) if path.suffix == ".md" else nbformat.read(path, as_version=4)
 
 
+def kernel_env() -> dict[str, str]:
+    """What makes a kernel (or ``jupyter-book``) started from here come from this Python's environment,
+    whatever the user's PATH says; ``make book`` sets the same for its own steps."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {"JUPYTER_PREFER_ENV_PATH": "1", "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 @contextmanager
 def kernel_config() -> Iterator[Any]:
     """How a build kernel talks to its executor: over Unix sockets (ZeroMQ's IPC transport), not TCP.

@@ -16,15 +16,17 @@ Result paths and a model given as a path must already be absolute (the workbook 
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from pdtune import article
+from pdtune import __version__, article
 from pdtune.capacity import topology_capacity
 from pdtune.frontier import (
     accuracy_gate,
@@ -41,6 +43,16 @@ from pdtune.results import load_results, parse_gpus
 from pdtune.scenario import RESULT_KINDS, Scenario
 from pdtune.state import StatePlan, plan_state
 from pdtune.units import GiB, MiB
+
+if TYPE_CHECKING:
+    from pdtune.workbook.parameters import Parameters
+    from pdtune.workbook.running import ChapterResult
+
+
+SUMMARY_JSON = "summary.json"
+
+
+SUMMARY_MD = "summary.md"
 
 
 _KIND_TITLES = {
@@ -178,9 +190,6 @@ def _maybe(part: PhaseSummary | FrontierSummary | None) -> dict[str, Any] | None
 
 def default_title(scenario: Scenario) -> str:
     return f"{scenario.model} on {scenario.gpu}, ISL/OSL {scenario.isl}/{scenario.osl}"
-
-
-# ------------------------------------------------------------------------------------- computing them
 
 
 def key_numbers(scenario: Scenario) -> KeyNumbers:
@@ -341,9 +350,6 @@ def _frontier(df: pd.DataFrame | None, scenario: Scenario) -> FrontierSummary | 
     )
 
 
-# ------------------------------------------------------------------------------------- markdown
-
-
 def _num(value: Any, digits: int = 1) -> str:
     if value is None:
         return "—"
@@ -452,3 +458,21 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
     if s.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _summary(numbers: KeyNumbers, params: Parameters, results: Sequence[ChapterResult]) -> dict[str, Any]:
+    summary = numbers.to_dict()
+    summary["title"] = params.scenario.title or default_title(params.scenario)
+    summary["parameters_file"] = str(params.source)
+    summary["parameters"] = params.scenario.to_dict()
+    summary["generated_by"] = f"pdtune {__version__} workbook"
+    summary["chapters"] = [r.to_dict() for r in results]
+    summary["status"] = "ok" if all(r.status == "ok" for r in results) else "failed"
+    return summary
+
+
+def _write_summary(folder: Path, summary: dict[str, Any], results: Sequence[ChapterResult]) -> None:
+    text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
+    (folder / SUMMARY_JSON).write_text(text, encoding="utf-8")
+    (folder / SUMMARY_MD).write_text(
+        to_markdown(summary, [r.to_dict() for r in results], link=lambda c: f"[{c}]({c})"), encoding="utf-8")
