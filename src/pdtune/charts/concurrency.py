@@ -52,7 +52,8 @@ def requests_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.Char
 
 
 def topology_capacity_chart(frame: pd.DataFrame, *, model: str, title: str | None = None) -> alt.Chart:
-    """Requests per GPU for each decode topology, with and without MTP (``pdtune.capacity.topology_capacity``)."""
+    """Requests per GPU for each decode topology, with and without MTP
+    (``pdtune.capacity.topology_capacity``)."""
     required = {"topology", "mtp", "requests_per_gpu", "requests_per_engine", "kv_cache_gib", "weights_gib",
                 "engines", "gpus"}
     missing = required - set(frame.columns)

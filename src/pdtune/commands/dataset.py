@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pdtune.commands._common import emit_json
+from pdtune.commands._common import emit_json, shared_flag
 from pdtune.dataset import DEFAULT_DATASET, generate_dataset, generated_files
 
 EPILOG = f"""\
@@ -28,14 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     actions.required = True
     gen = actions.add_parser("generate", help="write the modeled dataset (srt-slurm layout)")
-    gen.add_argument("--out", metavar="DIR", help=f"output folder (default data/clusters/{DEFAULT_DATASET})")
+    shared_flag(gen, "--out", help=f"output folder (default data/clusters/{DEFAULT_DATASET})")
     gen.set_defaults(func=run_generate)
     chk = actions.add_parser(
         "inferencex", help="predicted vs measured for InferenceX's GB200 DeepSeek-R1 points"
     )
     fmt = chk.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
-    fmt.add_argument("--csv", action="store_true")
+    shared_flag(fmt, "--json")
+    shared_flag(fmt, "--csv")
     chk.set_defaults(func=run_inferencex)
 
 
