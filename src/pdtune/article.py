@@ -1,7 +1,9 @@
 """The article's tables, read from ``data/article/`` and recomputed side by side with pdtune's numbers.
 
 Chapters 1-4 print these frames; the tests pin them. Columns named ``published_*`` come from the article,
-everything else is computed here.
+everything else is computed here. Also the article's choices other chapters start from: a run of table 3
+as a waterfall (:func:`article_waterfall`), the MTP draft tokens of its runs, and its decode layout
+(:func:`reference_topology` picks it when a scenario lists it).
 """
 
 from __future__ import annotations
