@@ -68,7 +68,8 @@ def high_end_sentence(table: pd.DataFrame) -> str:
 
 
 def room_change(before: pd.DataFrame, after: pd.DataFrame, column: str = "room_at_workload") -> pd.DataFrame:
-    """Two :func:`kv_room` frames of one sweep side by side: requests held before and after a change."""
+    """Two :func:`pdtune.capacity.kv_room` frames of one sweep side by side: requests held before and after a
+    change."""
     columns = ["deployment", "before", "after", "gained"]
     if len(before) == 0:
         return empty_frame(columns)

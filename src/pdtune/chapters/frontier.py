@@ -146,7 +146,7 @@ def pick_sentence(pick: Any, unit: str = "tokens/s per user") -> str:
 
 
 def reverse_sentence(table: pd.DataFrame, fraction: float = 0.5) -> str:
-    """One row of :func:`reverse_sla` in words."""
+    """One row of :func:`pdtune.frontier.reverse_sla` in words."""
     row = table[table["fraction_of_best"] == fraction]
     if len(row) == 0 or pd.isna(row["deployment"].iloc[0]):
         return "There is no disaggregated sweep to pick from."
@@ -186,8 +186,8 @@ def predict(prefill: Sweep, decode: Sweep, measured: pd.DataFrame, *, osl: int, 
     ``room`` (a :func:`pdtune.capacity.kv_room` frame) is the KV-room check of
     :func:`~pdtune.frontier.rate_match`: every rate-matched row gets ``decode_room`` (the decode
     deployment's ``room_at_workload``) and ``fits_kv``, and the predicted envelope leaves out the points
-    whose decode worker runs more requests than that (rows of unknown room are kept). Without a prefill-only or a
-    decode-only sweep nothing is predicted and :attr:`Prediction.note` says why.
+    whose decode worker runs more requests than that (rows of unknown room are kept). Without a
+    prefill-only or a decode-only sweep nothing is predicted and :attr:`Prediction.note` says why.
     """
     empty = empty_frame(["deployment", "concurrency", "tps_per_user", "tps_per_gpu"])
     summary_cols = ["deployment", "points", "predicted_points", "median_ratio", "within_10pct"]
