@@ -28,7 +28,7 @@ from pdtune.results.schema import empty_frame
 from pdtune.scenario import RESULT_KINDS, Scenario
 from pdtune.topology import parse_topology
 
-
+#: How the prose names each kind of sweep.
 KIND_WORDS = {
     "prefill": "prefill-only",
     "decode": "decode-only",
