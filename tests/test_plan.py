@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pdtune import article
 from pdtune.cli import main
 from pdtune.gpus import load_gpu
-from pdtune.isolation import frontier_matches_brute_force
+from pdtune.frontier import frontier_matches_brute_force
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import predict_decode

@@ -47,7 +47,6 @@ from pdtune.errors import InputError
 from pdtune.frontier import rate_match, sla_pick, upper_envelope
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.io import read_mapping
-from pdtune.isolation import canonical_topologies
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel import (
     DEFAULT_ACCEPTANCE,
@@ -61,6 +60,7 @@ from pdtune.perfmodel import (
 from pdtune.perfmodel.sweeps import PREFILL_OSL
 from pdtune.results import load_results
 from pdtune.state import plan_state
+from pdtune.sweep import canonical_topologies
 from pdtune.topology import Topology, parse_topology
 from pdtune.transfer import NVLINK, SCALE_OUT, Transfer, load_link, request_transfer, scope_link
 from pdtune.units import GiB, MiB

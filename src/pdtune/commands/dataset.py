@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pdtune.commands._common import emit_json
+from pdtune.commands._common import emit_json, shared_flag
 from pdtune.dataset import (
     DEFAULT_DATASET,
     PARAMS_KEYS,
@@ -36,11 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     actions.required = True
     gen = actions.add_parser("generate", help="write the modeled dataset (srt-slurm layout)")
-    gen.add_argument("--out", metavar="DIR", help=f"output folder (default data/clusters/{DEFAULT_DATASET})")
+    shared_flag(gen, "--out", help=f"output folder (default data/clusters/{DEFAULT_DATASET})")
     gen.add_argument("--params", metavar="PARAMS.yaml",
                      help="model, GPU, topologies, deployments and workloads to model (default: the article's); "
                           f"keys: {', '.join(PARAMS_KEYS)}")
-    gen.add_argument("--model", help="model to model (overrides the parameters file)")
+    shared_flag(gen, "--model", help="the model to model (overrides the parameters file)")
     gen.add_argument("--gpu", help="bundled GPU (overrides the parameters file)")
     gen.add_argument("--prefill-topologies", metavar="T1,T2", help="prefill-only layouts, e.g. TP4DP2+EP,TEP8")
     gen.add_argument("--decode-topologies", metavar="T1,T2", help="decode-only layouts (each with and without MTP)")
@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "inferencex", help="predicted vs measured for InferenceX's GB200 DeepSeek-R1 points"
     )
     fmt = chk.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
-    fmt.add_argument("--csv", action="store_true")
+    shared_flag(fmt, "--json")
+    shared_flag(fmt, "--csv")
     chk.set_defaults(func=run_inferencex)
 
 

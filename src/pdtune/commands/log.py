@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pdtune.commands._common import emit_json, fraction, non_negative_float
+from pdtune.commands._common import emit_json, non_negative_float, shared_flag
 from pdtune.errors import InputError
 from pdtune.units import GiB, from_gib
 from pdtune.vllm_log import VllmLog, WorkerLog, cross_check, parse_log
@@ -23,13 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("file", metavar="VLLM_LOG")
-    p.add_argument("--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
-    p.add_argument("--vllm", metavar="VERSION", help="vLLM line for the cross-check (default: the log's version)")
+    shared_flag(p, "--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
+    shared_flag(p, "--vllm", help="vLLM line for the cross-check (default: the log's version)")
     p.add_argument("--total-gib", type=non_negative_float, metavar="G",
                    help="GPU total memory for the waterfall when the log does not print it (before 0.26)")
-    p.add_argument("--gpu-memory-utilization", type=fraction, metavar="U",
+    shared_flag(p, "--gpu-memory-utilization", metavar="U",
                    help="for the waterfall when the log does not say it")
-    p.add_argument("--json", action="store_true")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from pdtune.commands._common import emit_json, fraction, non_negative_float, non_negative_int, positive_int
+from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int, shared_flag
 from pdtune.errors import InputError
 from pdtune.gpus import bundled_gpus
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
@@ -52,13 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", metavar="MODEL", help="bundled model name, folder with config.json, or the file")
+    shared_flag(p, "model")
     p.add_argument("--gpu", required=True,
                    help=f"GPU of the prefill pool, and of decode (known: {', '.join(bundled_gpus())})")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
     p.add_argument("--max-gpus", type=positive_int, required=True, metavar="N", help="GPU budget, both pools")
-    p.add_argument("--isl", type=positive_int, required=True, help="input tokens per request")
-    p.add_argument("--osl", type=positive_int, required=True, help="output tokens per request")
+    shared_flag(p, "--isl", required=True)
+    shared_flag(p, "--osl", required=True)
     p.add_argument("--min-tps-per-user", type=_floats, metavar="X[,X...]",
                    help="interactivity floor(s), tokens/s per user (one pick per floor)")
     p.add_argument("--max-ttft-ms", type=non_negative_float, metavar="T", help="TTFT limit, ms (median)")
@@ -73,14 +73,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="MTP draft tokens for decode candidates when the model has MTP (default 3; 0 = none)")
     p.add_argument("--acceptance", type=non_negative_float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help=f"MTP draft acceptance rate (default {DEFAULT_ACCEPTANCE})")
-    p.add_argument("--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8)")
-    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92)
+    shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8)")
+    shared_flag(p, "--gpu-memory-utilization", default=0.92)
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)")
-    p.add_argument("--vllm", default=PLAN_VLLM, metavar="VERSION",
-                   help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
+    shared_flag(p, "--vllm", default=PLAN_VLLM,
+                help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
     p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")
     p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
-    p.add_argument("--json", action="store_true", help="machine-readable output (what `pdtune recipe` reads)")
+    shared_flag(p, "--json", help="machine-readable output (what `pdtune recipe` reads)")
     p.set_defaults(func=run)
 
 
@@ -171,14 +171,13 @@ def _missing(value: Any) -> bool:
 
 def _ends(result: Plan) -> str:
     from pdtune import article
-    from pdtune.tables import is_article_model
 
     ends = result.ends()
     top, fast = ends["throughput"], ends["latency"]
     text = (f"Frontier ends: {top['tps_per_gpu']:,.0f} total tokens/s per GPU ({top['deployment']}, concurrency "
             f"{top['concurrency']}); {fast['tps_per_user']:.1f} tokens/s per user ({fast['deployment']}, "
             f"concurrency {fast['concurrency']})")
-    if is_article_model(result.spec):
+    if result.spec.name == article.MODEL:
         c = article.constants()
         text += (f"\n  the article (measured on GB300, its own 7 configurations): "
                  f"{c['headline_tps_per_gpu']:,.0f} tokens/s per GPU and {c['headline_tps_per_user']:,.0f} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdtune.commands._common import emit_json, non_negative_int
+from pdtune.commands._common import emit_json, non_negative_int, shared_flag
 
 EPILOG = """\
 For each --row K (a row number of the plan's table): deploy-row<K>-<deployment>.yaml (the srt-slurm recipe of the
@@ -32,9 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="plan row to write (repeatable)")
     p.add_argument("--measurements", action="store_true",
                    help="also the isolated-sweep recipes of every layout in the plan's table")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder to write into")
+    shared_flag(p, "--out", required=True, help="folder to write into")
     p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
-    p.add_argument("--json", action="store_true", help="list the files written as JSON")
+    shared_flag(p, "--json", help="list the files written as JSON")
     p.set_defaults(func=run)
 
 

@@ -10,13 +10,21 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.engine` — one engine: weights and KV room per GPU, and the time of one step on the slowest stage;
 * :mod:`.sweeps` — closed-loop concurrency sweeps and the disaggregated rate balance;
 * :mod:`.calibration` — the five global efficiency factors and the MTP acceptance rate;
-* :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points.
+* :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points;
+* :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """
 
 from pdtune.perfmodel.calibration import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
 from pdtune.perfmodel.inferencex import inferencex_check
+from pdtune.perfmodel.roofline import (
+    PrefillCeiling,
+    decode_roofline,
+    experts_touched,
+    prefill_ceiling,
+    tokens_to_touch,
+)
 from pdtune.perfmodel.sweeps import (
     Prediction,
     predict_decode,
@@ -35,12 +43,17 @@ __all__ = [
     "EngineConfig",
     "ModelCosts",
     "Prediction",
+    "PrefillCeiling",
     "StepTime",
     "build_engine",
+    "decode_roofline",
+    "experts_touched",
     "inferencex_check",
     "model_costs",
     "predict_decode",
     "predict_disagg",
     "predict_prefill",
+    "prefill_ceiling",
     "to_frame",
+    "tokens_to_touch",
 ]

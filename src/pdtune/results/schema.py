@@ -10,6 +10,7 @@ record stays NaN (numbers) or None (text): nothing is invented.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -136,3 +137,8 @@ def frame(rows: list[Row]) -> pd.DataFrame:
         else:
             data[col] = pd.Series([np.nan if v is None else float(v) for v in values], dtype=np.float64)
     return pd.DataFrame(data, columns=list(TIDY_COLUMNS))
+
+
+def empty_frame(columns: Sequence[str]) -> pd.DataFrame:
+    """A frame with these columns and no rows: what an analysis returns for a sweep that is not there."""
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
