@@ -6,7 +6,15 @@ import argparse
 import sys
 
 from pdtune.commands._common import emit_json, shared_flag
-from pdtune.dataset import DEFAULT_DATASET, generate_dataset, generated_files
+from pdtune.dataset import (
+    DEFAULT_DATASET,
+    PARAMS_KEYS,
+    generate_dataset,
+    generated_files,
+    read_params,
+    spec_from_params,
+)
+from pdtune.errors import InputError
 
 EPILOG = f"""\
 generate   writes the article's prefill, decode and disaggregated sweeps as predicted by pdtune.perfmodel,
@@ -29,6 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions.required = True
     gen = actions.add_parser("generate", help="write the modeled dataset (srt-slurm layout)")
     shared_flag(gen, "--out", help=f"output folder (default data/clusters/{DEFAULT_DATASET})")
+    gen.add_argument("--params", metavar="PARAMS.yaml",
+                     help="model, GPU, topologies, deployments and workloads to model (default: the article's); "
+                          f"keys: {', '.join(PARAMS_KEYS)}")
+    shared_flag(gen, "--model", help="the model to model (overrides the parameters file)")
+    gen.add_argument("--gpu", help="bundled GPU (overrides the parameters file)")
+    gen.add_argument("--prefill-topologies", metavar="T1,T2", help="prefill-only layouts, e.g. TP4DP2+EP,TEP8")
+    gen.add_argument("--decode-topologies", metavar="T1,T2", help="decode-only layouts (each with and without MTP)")
+    gen.add_argument("--disagg", metavar="D1,D2", help="deployments, e.g. 1xTP2:1xTEP8+MTP,2xTP2:1xTP4")
+    gen.add_argument("--concurrency", metavar="C1,C2", help="concurrencies of every sweep")
     gen.set_defaults(func=run_generate)
     chk = actions.add_parser(
         "inferencex", help="predicted vs measured for InferenceX's GB200 DeepSeek-R1 points"
@@ -40,9 +57,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    target = generate_dataset(args.out)
+    spec = None
+    flags = {"model": args.model, "gpu": args.gpu, "prefill_topologies": _split(args.prefill_topologies),
+             "decode_topologies": _split(args.decode_topologies), "disagg_configs": _split(args.disagg),
+             "concurrencies": [_int(c) for c in _split(args.concurrency) or []] or None}
+    given = {k: v for k, v in flags.items() if v}
+    if args.params or given:
+        if args.out is None:
+            raise InputError("--out", "out", "a dataset of other parameters needs its own --out folder")
+        params = read_params(args.params) if args.params else {}
+        spec = spec_from_params({**params, **given}, args.params or "flags")
+    target = generate_dataset(args.out, spec)
     print(f"wrote {len(generated_files(target))} modeled files to {target}")
     return 0
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
+
+
+def _int(text: str) -> int | str:
+    return int(text) if text.isdigit() else text  # a non-number is reported by spec_from_params
 
 
 def run_inferencex(args: argparse.Namespace) -> int:
