@@ -56,6 +56,7 @@ LAYER_KIND_NAMES: dict[LayerKind, str] = {
     LayerKind.MAMBA2: "Mamba2",
     LayerKind.MLP: "MLP",
 }
+LAYER_KIND_NAMES.update({k: k.label for k in LayerKind if k not in LAYER_KIND_NAMES})  # kinds added by issue 11
 
 
 def is_article_model(model: str | ModelSpec) -> bool:
