@@ -388,6 +388,17 @@ def test_eagle3_head_adds_its_layer(tp: int) -> None:
     assert plan.speculation is not None and plan.speculation.method == "eagle3"
 
 
+@pytest.mark.parametrize(("vllm", "async_on", "blocks"), [("0.27", False, 769), ("0.28", True, 1281)])
+def test_draft_model_turns_async_default_off_before_028(vllm: str, async_on: bool, blocks: int) -> None:
+    # config/vllm.py VllmConfig.__post_init__, async_scheduling None: 0.20-0.27 keep it on only for EAGLE/MTP
+    # and ngram_gpu, so a separate draft model leaves one batch in flight: cdiv(4095 + 8192, 16) + 1 = 769;
+    # 0.28+ also keep it on for draft_model: cdiv(4095 + 16384, 16) + 1 = 1281. The draft's 32 layers join.
+    mistral = load_model("mistral-7b-v0.1")
+    plan = plan_state(mistral, max_model_len=L, vllm=vllm, speculative_model=mistral, num_speculative_tokens=2)
+    assert plan.async_scheduling is async_on
+    assert groups(plan) == [("sliding_attention", 64, 0, blocks)]
+
+
 @pytest.mark.parametrize("vllm", ["0.11", "0.20", "0.21", "0.33"])
 def test_dcp_shards_tokens_and_the_logged_size(vllm: str) -> None:
     # TP 8, DCP 8: FullAttentionSpec.max_memory_usage_bytes takes cdiv(8192, 8) = 1024 tokens -> 64 blocks.
