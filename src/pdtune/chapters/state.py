@@ -41,14 +41,7 @@ STATE_PARTS: tuple[str, ...] = (
 )
 
 
-LAYER_KIND_NAMES: dict[LayerKind, str] = {
-    LayerKind.FULL_ATTENTION: "full attention",
-    LayerKind.SLIDING_ATTENTION: "sliding-window attention",
-    LayerKind.MLA: "MLA",
-    LayerKind.GDN: "GDN",
-    LayerKind.MAMBA2: "Mamba2",
-    LayerKind.MLP: "MLP",
-}
+LAYER_KIND_NAMES: dict[LayerKind, str] = {kind: kind.label for kind in LayerKind}
 
 
 def has_recurrent_state(spec: ModelSpec) -> bool:
