@@ -58,8 +58,9 @@ def write_point(folder: Path, concurrency: int, tpot_ms: float, total_tps: float
     folder.mkdir(parents=True, exist_ok=True)
     record = {
         "backend": "vllm", "model_id": "m", "tokenizer_id": "m", "num_prompts": 10 * concurrency, "burstiness": 1.0,
-        "max_concurrency": concurrency, "duration": 60.0, "completed": 10 * concurrency, "failed": 0,
-        "total_input_tokens": 10 * concurrency * 8192, "total_output_tokens": 10 * concurrency * 1024,
+        # the duration the token totals and the throughputs imply (pdtune checks output tok/s = tokens / duration)
+        "max_concurrency": concurrency, "duration": 10 * concurrency * 9216 / total_tps, "completed": 10 * concurrency,
+        "failed": 0, "total_input_tokens": 10 * concurrency * 8192, "total_output_tokens": 10 * concurrency * 1024,
         "output_throughput": total_tps / 9, "total_token_throughput": total_tps,
         "median_ttft_ms": 500.0, "p99_ttft_ms": 900.0, "mean_tpot_ms": tpot_ms, "median_tpot_ms": tpot_ms,
         "p99_tpot_ms": tpot_ms * 1.5, "median_itl_ms": tpot_ms, **deployment,

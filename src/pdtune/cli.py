@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from pdtune import __version__, commands
+from pdtune.commands._common import check_shared
 from pdtune.errors import InputError
 
 EXIT_BAD_INPUT = 2
@@ -26,7 +27,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; given ``argv`` naming a command, only that command's module is imported (a
+    module is named for its command), so ``pdtune log`` does not pay for pandas and the workbook's imports.
+    Building it reads no data: help texts name the bundled files instead of listing what is in them."""
     parser = _Parser(
         prog="pdtune",
         description="Size and tune prefill/decode disaggregated vLLM serving.",
@@ -34,17 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pdtune {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    first = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for name in [first] if first in names else names:
+        importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
+        check_shared(args)
         return int(args.func(args) or 0)
     except InputError as exc:
         print(f"pdtune {args.command}: error: {exc}", file=sys.stderr)

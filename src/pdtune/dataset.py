@@ -23,14 +23,13 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pdtune import __version__
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
-from pdtune.io import read_mapping, staging_dir
+from pdtune.io import output_folder, read_mapping, release, remove_stale, staging_dir
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
@@ -377,9 +376,13 @@ def generate_dataset(out: str | os.PathLike[str] | None = None, spec: DatasetSpe
     in ``out`` stay.
     """
     spec = spec or DatasetSpec()
-    target = Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET
+    target = output_folder(Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET)
+    if target.parent.is_dir():
+        # a run killed mid-swap left its folders: put the old entries back where the new ones never arrived
+        remove_stale(target.parent, f".{target.name}.old-", lambda trash: _restore(trash, target))
+        remove_stale(target.parent, f".{target.name}.new-")
     staging = staging_dir(target)
-    trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    trash = staging_dir(target, kind="old")
     try:
         write_tree(staging, spec)
         target.mkdir(exist_ok=True)
@@ -388,21 +391,33 @@ def generate_dataset(out: str | os.PathLike[str] | None = None, spec: DatasetSpe
             if old.exists():
                 os.replace(old, trash / name)
             os.replace(staging / name, old)
-    except OSError as exc:
+    except BaseException as exc:
         # Put back whatever was moved aside, so a failed run leaves the old dataset, not half of each.
-        for name in _GENERATED:
-            saved, current = trash / name, target / name
-            if saved.exists():
-                if current.is_dir():
-                    shutil.rmtree(current)
-                elif current.exists():
-                    current.unlink()
-                os.replace(saved, current)
-        raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
+        _restore(trash, target, replace_new=True)
+        if isinstance(exc, OSError):
+            raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
+        raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(trash, ignore_errors=True)
+        release(staging)
+        release(trash)
     return target
+
+
+def _restore(trash: Path, target: Path, *, replace_new: bool = False) -> None:
+    """Move the generated entries saved in ``trash`` back into ``target``: over the new ones (a failed run), or
+    only where none arrived (a run killed between the two renames of one entry)."""
+    for name in _GENERATED:
+        saved, current = trash / name, target / name
+        if not saved.exists():
+            continue
+        if current.exists():
+            if not replace_new:
+                continue
+            if current.is_dir():
+                shutil.rmtree(current)
+            else:
+                current.unlink()
+        os.replace(saved, current)
 
 
 def generated_files(root: str | os.PathLike[str]) -> list[Path]:

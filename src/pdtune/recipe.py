@@ -24,7 +24,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,8 +32,9 @@ from typing import Any
 
 import yaml
 
+from pdtune import guarded
 from pdtune.errors import InputError
-from pdtune.io import staging_dir
+from pdtune.io import output_folder, release, remove_stale, staging_dir
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
 from pdtune.topology import Topology, parse_topology
@@ -64,15 +64,14 @@ def engine_args_file(version: str = VLLM_VERSION) -> Path:
 def accepted_flags(version: str = VLLM_VERSION) -> dict[str, str]:
     """Flag -> scope (``engine`` or ``serve``) of one vLLM version, from the generated list."""
     path = engine_args_file(version)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(path, "engine-args", f"unreadable: {exc.strerror}") from None
+    lines = guarded.read_text(path, "engine-args").splitlines()
     out: dict[str, str] = {}
-    for line in lines:
+    for lineno, line in enumerate(lines, start=1):
         if line.strip() and not line.startswith("#"):
-            flag, scope = line.split()
-            out[flag] = scope
+            parts = line.split()
+            if len(parts) != 2:
+                raise InputError(path, f"line {lineno}", "expected '<flag> <scope>'")
+            out[parts[0]] = parts[1]
     return out
 
 
@@ -407,19 +406,26 @@ def write_recipes(plan: dict[str, Any], rows: Sequence[int], out: str | os.PathL
 
 
 def _write_all(target: Path, files: dict[str, str]) -> list[Path]:
+    real = output_folder(target)
+    if real.parent.is_dir():
+        remove_stale(real.parent, f".{real.name}.new-")
     staging = staging_dir(target)
     try:
         for name, text in files.items():
             (staging / name).write_text(text, encoding="utf-8")
             if name.endswith(".sh"):
                 (staging / name).chmod(0o755)
-        target.mkdir(exist_ok=True)
+        for name in files:  # a folder or a FIFO where a recipe goes is refused before anything moves
+            existing = real / name
+            if existing.exists() and not existing.is_file():
+                raise InputError(existing, "--out", "is in the way: not a regular file")
+        real.mkdir(exist_ok=True)
         written = []
         for name in files:
-            os.replace(staging / name, target / name)
+            os.replace(staging / name, real / name)
             written.append(target / name)
     except OSError as exc:
         raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        release(staging)
     return written

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdtune.commands._common import emit_json, non_negative_float, shared_flag
+from pdtune.commands._common import emit_json, gib_flag, mib_flag, shared_flag
 from pdtune.errors import InputError
 from pdtune.memory import Accounting, Waterfall
 from pdtune.units import GiB, MiB, from_gib, from_mib
@@ -20,14 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "article-prose subtracts it again, as the article's text does."
         ),
     )
-    p.add_argument("--total-gib", type=non_negative_float, required=True, help="device memory torch sees (GB300: 276.62)")
+    p.add_argument("--total-gib", type=gib_flag, required=True, help="device memory torch sees (GB300: 276.62)")
     shared_flag(p, "--gpu-memory-utilization", default=0.92, help="default 0.92 (vLLM 0.20+)")
-    p.add_argument("--weights-gib", type=non_negative_float, required=True, help='"Model loading took ... GiB"')
-    p.add_argument("--non-torch-gib", type=non_negative_float, default=0.0)
-    p.add_argument("--activation-gib", type=non_negative_float, default=0.0, help="torch activation peak")
-    p.add_argument("--graphs-gib", type=non_negative_float, default=0.0, help="CUDA-graph memory estimate")
-    p.add_argument("--cuda-context-gib", type=non_negative_float, default=0.0)
-    p.add_argument("--per-request-mib", type=non_negative_float,
+    p.add_argument("--weights-gib", type=gib_flag, required=True, help='"Model loading took ... GiB"')
+    p.add_argument("--non-torch-gib", type=gib_flag, default=0.0)
+    p.add_argument("--activation-gib", type=gib_flag, default=0.0, help="torch activation peak")
+    p.add_argument("--graphs-gib", type=gib_flag, default=0.0, help="CUDA-graph memory estimate")
+    p.add_argument("--cuda-context-gib", type=gib_flag, default=0.0)
+    p.add_argument("--per-request-mib", type=mib_flag,
                    help="state one request needs (pdtune state ... --json: mib_per_request)")
     p.add_argument("--accounting", choices=[a.value for a in Accounting], default=Accounting.VLLM.value)
     shared_flag(p, "--vllm", default="0.26", help="rounding of requested memory (default 0.26)")
@@ -37,13 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     waterfall = Waterfall(
-        total=from_gib(args.total_gib),
+        total=from_gib(args.total_gib, "--total-gib", "total_gib"),
         gpu_memory_utilization=args.gpu_memory_utilization,
-        weights=from_gib(args.weights_gib),
-        activation_peak=from_gib(args.activation_gib),
-        non_torch=from_gib(args.non_torch_gib),
-        cudagraph_estimate=from_gib(args.graphs_gib),
-        cuda_context=from_gib(args.cuda_context_gib),
+        weights=from_gib(args.weights_gib, "--weights-gib", "weights_gib"),
+        activation_peak=from_gib(args.activation_gib, "--activation-gib", "activation_gib"),
+        non_torch=from_gib(args.non_torch_gib, "--non-torch-gib", "non_torch_gib"),
+        cudagraph_estimate=from_gib(args.graphs_gib, "--graphs-gib", "graphs_gib"),
+        cuda_context=from_gib(args.cuda_context_gib, "--cuda-context-gib", "cuda_context_gib"),
         source="command line",
         version=args.vllm,
     )
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.per_request_mib is not None:
         if args.per_request_mib <= 0:
             raise InputError("--per-request-mib", "per_request_mib", "must be positive")
-        out["max_requests"] = max(kv, 0) / from_mib(args.per_request_mib)
+        out["max_requests"] = max(kv, 0) / from_mib(args.per_request_mib, "--per-request-mib", "per_request_mib")
     if args.json:
         emit_json(out)
         return 0

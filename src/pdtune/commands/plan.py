@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
-from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int, shared_flag
-from pdtune.errors import InputError
-from pdtune.gpus import bundled_gpus
+from pdtune.commands._common import MAX_LIST, emit_json, non_negative_float, shared_flag, whole_flag
+from pdtune.errors import InputError, brief
+from pdtune.limits import MAX_GPUS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
 from pdtune.plan import PLAN_VLLM, Plan, PlanSettings, picks_sentence, plan, sla_list
 
@@ -27,12 +26,15 @@ Examples:
 
 
 def _floats(text: str) -> list[float]:
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{len(parts):,} values are more than the {MAX_LIST:,} pdtune accepts")
     try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+        values = [non_negative_float(part) for part in parts]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {brief(text)}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {brief(text)}")
     return values
 
 
@@ -40,6 +42,8 @@ def _names(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     if not names:
         raise argparse.ArgumentTypeError("expected comma-separated topologies such as TEP8,TP4DP2+EP")
+    if len(names) > MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{len(names):,} topologies are more than the {MAX_LIST:,} pdtune accepts")
     return names
 
 
@@ -54,9 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     shared_flag(p, "model")
     p.add_argument("--gpu", required=True,
-                   help=f"GPU of the prefill pool, and of decode (known: {', '.join(bundled_gpus())})")
+                   help="GPU of the prefill pool, and of decode (data/gpus/gpus.csv lists them)")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
-    p.add_argument("--max-gpus", type=positive_int, required=True, metavar="N", help="GPU budget, both pools")
+    p.add_argument("--max-gpus", type=whole_flag(MAX_GPUS, "GPUs"), required=True, metavar="N",
+                   help="GPU budget, both pools")
     shared_flag(p, "--isl", required=True)
     shared_flag(p, "--osl", required=True)
     p.add_argument("--min-tps-per-user", type=_floats, metavar="X[,X...]",
@@ -69,13 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode-results", nargs="+", metavar="PATH", help="measured decode-only sweeps")
     p.add_argument("--prefill-topologies", type=_names, metavar="T1,T2", help="restrict the prefill layouts")
     p.add_argument("--decode-topologies", type=_names, metavar="T1,T2", help="restrict the decode layouts")
-    p.add_argument("--mtp", type=non_negative_int, default=3, metavar="K",
+    p.add_argument("--mtp", type=whole_flag(MAX_SPECULATIVE_TOKENS, "draft tokens", minimum=0), default=3, metavar="K",
                    help="MTP draft tokens for decode candidates when the model has MTP (default 3; 0 = none)")
     p.add_argument("--acceptance", type=non_negative_float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help=f"MTP draft acceptance rate (default {DEFAULT_ACCEPTANCE})")
     shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8)")
     shared_flag(p, "--gpu-memory-utilization", default=0.92)
-    p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)")
+    p.add_argument("--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"), default=8192,
+                   help="per DP rank (default 8192)")
     shared_flag(p, "--vllm", default=PLAN_VLLM,
                 help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
     p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")

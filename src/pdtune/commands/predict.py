@@ -6,14 +6,15 @@ import argparse
 
 from pdtune.commands._common import (
     emit_json,
+    gib_flag,
     int_list,
     non_negative_float,
-    non_negative_int,
-    positive_int,
     shared_flag,
+    whole_flag,
 )
 from pdtune.errors import InputError
-from pdtune.gpus import bundled_gpus, load_gpu
+from pdtune.gpus import load_gpu
+from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.model import load_model
 from pdtune.perfmodel import (
     DEFAULT_ACCEPTANCE,
@@ -56,9 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shared_flag(p, "model")
-    p.add_argument(
-        "--gpu", default="gb300", help=f"bundled GPU (default gb300; known: {', '.join(bundled_gpus())})"
-    )
+    p.add_argument("--gpu", default="gb300", help="bundled GPU (default gb300; data/gpus/gpus.csv lists them)")
     p.add_argument("--topology", required=True, help="e.g. TP4DP2+EP, TEP8, TP1PP6+EP, or 3xTP2DP4+EP:1xTEP8")
     p.add_argument(
         "--mode",
@@ -76,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     shared_flag(p, "--osl")
     p.add_argument(
         "--mtp",
-        type=non_negative_int,
+        type=whole_flag(MAX_SPECULATIVE_TOKENS, "draft tokens", minimum=0),
         default=0,
         metavar="K",
         help="MTP draft tokens on the decode side (default 0)",
@@ -90,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--gpu-memory-gib",
-        type=non_negative_float,
+        type=gib_flag,
         metavar="G",
         help="device memory torch reports, in GiB (default: the GPU table's)",
     )
@@ -99,10 +98,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     shared_flag(p, "--vllm", default="0.26.1",
                 help="vLLM line whose state accounting applies (default 0.26.1, the article's)")
     p.add_argument(
-        "--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)"
+        "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"), default=8192,
+        help="per DP rank (default 8192)"
     )
     p.add_argument(
-        "--max-num-seqs", type=positive_int, help="running requests per DP rank (default: KV room only)"
+        "--max-num-seqs", type=whole_flag(MAX_NUM_SEQS, "sequences per engine"),
+        help="running requests per DP rank (default: KV room only)"
     )
     shared_flag(p, "--json")
     p.set_defaults(func=run)

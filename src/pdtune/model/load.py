@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from pdtune import guarded
 from pdtune.errors import InputError
 from pdtune.model.config import Config
 from pdtune.model.families import FAMILIES, SUPPORTED_MODEL_TYPES, family_of
@@ -40,13 +40,11 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(path, "config.json", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, "config.json", f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except OSError as exc:
-        raise InputError(path, "config.json", f"unreadable: {exc.strerror}") from None
+        raw = guarded.read_json(path, "config.json")
+    except InputError as exc:
+        if exc.field in ("file", "json"):
+            raise InputError(exc.source, "config.json", exc.message) from None
+        raise
     if not isinstance(raw, dict):
         raise InputError(path, "config.json", "top level must be a JSON object")
     return raw
