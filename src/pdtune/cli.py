@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
 from pdtune import __version__, commands
 from pdtune.commands._common import check_shared
-from pdtune.errors import InputError
+from pdtune.errors import DataError, InputError
+from pdtune.signals import Terminated, terminate_raises
 
 EXIT_BAD_INPUT = 2
 
@@ -47,16 +49,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    command = "pdtune"
     try:
-        check_shared(args)
-        return int(args.func(args) or 0)
-    except InputError as exc:
-        print(f"pdtune {args.command}: error: {exc}", file=sys.stderr)
+        args = build_parser(argv).parse_args(argv)
+        command = f"pdtune {args.command}"
+        with terminate_raises():  # SIGTERM unwinds like Ctrl-C: every clean-up on the way runs
+            check_shared(args)
+            return int(args.func(args) or 0)
+    except (InputError, DataError) as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # `pdtune ... | head` is normal use
         return 0
+    except (KeyboardInterrupt, Terminated) as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"{command}: interrupted ({signal.Signals(signum).name}); nothing half-written was left", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -51,6 +51,19 @@ class InputError(ValueError):
         super().__init__(f"{self.source}: {self.field}: {self.message}")
 
 
+class DataError(ValueError):
+    """A bundled data file (``data/``, or ``PDTUNE_DATA``) is missing or broken: the installation's fault, not
+    the reader's input. Printed like :class:`InputError` (one line, exit status 2), but deliberately *not* a
+    subclass of it, so that code treating an ``InputError`` as "this candidate does not fit" (a layout whose
+    heads do not divide) can never mistake a missing table for a rejected candidate."""
+
+    def __init__(self, source: str | PathLike[str], field: str, message: str) -> None:
+        self.source = one_line(str(source), MAX_SOURCE)
+        self.field = one_line(str(field), MAX_FIELD)
+        self.message = one_line(str(message), MAX_MESSAGE)
+        super().__init__(f"{self.source}: {self.field}: {self.message} (bundled data)")
+
+
 def require(condition: bool, source: str | PathLike[str], field: str, message: str) -> None:
     """Raise :class:`InputError` unless ``condition`` holds."""
     if not condition:

@@ -26,6 +26,7 @@ echoed only through :func:`~pdtune.errors.brief`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -37,7 +38,7 @@ from typing import IO, Any
 
 import yaml
 
-from pdtune.errors import InputError, brief
+from pdtune.errors import DataError, InputError, brief
 
 #: Bytes read from one JSON, YAML or CSV file (a vLLM bench result with every request's arrays is a few MB).
 MAX_TEXT_BYTES = 64 << 20
@@ -52,6 +53,15 @@ PathLike = str | os.PathLike[str]
 
 
 # ------------------------------------------------------------------------------------------ files
+
+
+@contextlib.contextmanager
+def bundled() -> Iterator[None]:
+    """Reading a bundled data file: its :class:`InputError` becomes a :class:`~pdtune.errors.DataError`."""
+    try:
+        yield
+    except InputError as exc:
+        raise DataError(exc.source, exc.field, exc.message) from None
 
 
 def describe_mode(mode: int) -> str | None:

@@ -208,15 +208,18 @@ def release_renamed(old: Path) -> None:
     release(old, remove=False)
 
 
-def remove_stale(parent: Path, prefix: str, restore: Callable[[Path], None] | None = None) -> list[Path]:
-    """Remove the folders ``parent/<prefix>*`` no live process holds locked (runs killed before they could).
+def remove_stale(parent: Path, prefix: str, restore: Callable[[Path], None] | None = None, *,
+                 exclude: str | None = None) -> list[Path]:
+    """Remove the folders ``parent/<prefix>*`` (but not ``<exclude>*``) no live process holds locked: those of
+    runs killed before they could remove them.
 
     ``restore`` is called first with each such folder, to put back what an interrupted swap moved into it.
     Returns the folders removed.
     """
     removed: list[Path] = []
     try:
-        entries = [p for p in parent.iterdir() if p.name.startswith(prefix)]
+        entries = [p for p in parent.iterdir()
+                   if p.name.startswith(prefix) and not (exclude and p.name.startswith(exclude))]
     except OSError:
         return removed
     for path in entries:

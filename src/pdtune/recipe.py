@@ -64,7 +64,8 @@ def engine_args_file(version: str = VLLM_VERSION) -> Path:
 def accepted_flags(version: str = VLLM_VERSION) -> dict[str, str]:
     """Flag -> scope (``engine`` or ``serve``) of one vLLM version, from the generated list."""
     path = engine_args_file(version)
-    lines = guarded.read_text(path, "engine-args").splitlines()
+    with guarded.bundled():
+        lines = guarded.read_text(path, "engine-args").splitlines()
     out: dict[str, str] = {}
     for lineno, line in enumerate(lines, start=1):
         if line.strip() and not line.startswith("#"):

@@ -8,13 +8,15 @@ once, means a typo in a parameters file fails before any notebook runs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pdtune.errors import InputError
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.paths import REPO_ROOT
 
 MODELED_CLUSTER = "data/clusters/gb300-qwen3.8-modeled"
@@ -74,6 +76,7 @@ class Scenario:
         return scenario
 
     def check(self, source: str = "parameters") -> None:
+        _check_bounds(self, source)
         for name in ("gpu_memory_gib", "isl", "osl"):
             if getattr(self, name) <= 0:
                 raise InputError(source, name, f"must be positive, got {getattr(self, name)}")
@@ -104,6 +107,32 @@ class Scenario:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
+#: Ceilings of the numeric parameters (:mod:`pdtune.limits`); every float must also be finite, since a NaN
+#: passes every comparison the checks below make.
+_BOUNDS: dict[str, float] = {
+    "gpu_memory_gib": limits.MAX_BYTES / 2**30, "isl": limits.MAX_MODEL_LEN, "osl": limits.MAX_MODEL_LEN,
+    "num_speculative_tokens": limits.MAX_SPECULATIVE_TOKENS, "non_torch_gib": limits.MAX_BYTES / 2**30,
+    "activation_peak_gib": limits.MAX_BYTES / 2**30, "cudagraph_estimate_gib": limits.MAX_BYTES / 2**30,
+    "max_num_seqs": limits.MAX_NUM_SEQS, "min_tps_per_user": limits.MAX_MEASURE,
+}
+#: Entries of one list parameter.
+MAX_LIST = 4096
+
+
+def _check_bounds(scenario: Scenario, source: str) -> None:
+    for f in fields(scenario):
+        value = getattr(scenario, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if isinstance(value, tuple) and len(value) > MAX_LIST:
+            raise InputError(source, f.name, f"{len(value):,} entries are more than the {MAX_LIST:,} pdtune accepts")
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InputError(source, f.name, f"must be a finite number, got {v}")
+            if f.name in _BOUNDS and isinstance(v, (int, float)) and v > _BOUNDS[f.name]:
+                shown = f"{v:,}" if isinstance(v, int) and v < 10**30 else f"{v:g}"
+                raise InputError(source, f.name, f"{shown} is more than the {_BOUNDS[f.name]:,.0f} pdtune accepts")
+
+
 def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:
     origin = typing.get_origin(hint)
     if origin is tuple:
@@ -115,18 +144,18 @@ def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:
         return tuple(_coerce(v, inner, source, key) for v in value)
     if hint is bool or (isinstance(hint, types.UnionType) and bool in typing.get_args(hint)):
         if not isinstance(value, bool):
-            raise InputError(source, key, f"must be true or false, got {value!r}")
+            raise InputError(source, key, f"must be true or false, got {brief(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(source, key, f"must be a whole number, got {value!r}")
+            raise InputError(source, key, f"must be a whole number, got {brief(value)}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(source, key, f"must be a number, got {value!r}")
+            raise InputError(source, key, f"must be a number, got {brief(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise InputError(source, key, f"must be a string, got {value!r}")
+            raise InputError(source, key, f"must be a string, got {brief(value)}")
         return value
     raise InputError(source, key, f"unsupported parameter type {hint}")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
+from pdtune.guarded import bundled
 from pdtune.io import read_csv_table
 from pdtune.model import ModelSpec
 from pdtune.paths import data_dir
@@ -76,7 +77,11 @@ class Link:
 
 @cache
 def _links(path: str) -> dict[tuple[str, str], Link]:
-    source = Path(path)
+    with bundled():
+        return _read_links(Path(path))
+
+
+def _read_links(source: Path) -> dict[tuple[str, str], Link]:
     rows = read_csv_table(source, _COLUMNS)
     out: dict[tuple[str, str], Link] = {}
     for i, row in enumerate(rows, start=2):

@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
-import pandas as pd
-
 from pdtune.errors import InputError
+from pdtune.guarded import bundled, read_frame
 from pdtune.gpus import GpuSpec
 from pdtune.memory import Waterfall, weights_per_gpu
 from pdtune.model import LayerKind, ModelSpec
@@ -96,7 +95,9 @@ def engine_overheads(topology: Topology, mtp: bool, config: EngineConfig) -> Ove
     if config.overheads_gib is not None:
         act, non_torch, graphs = config.overheads_gib
         return Overheads(from_gib(act), from_gib(non_torch), from_gib(graphs), "given")
-    table = pd.read_csv(article_dir() / "table3_memory_per_engine.csv")
+    with bundled():
+        table = read_frame(article_dir() / "table3_memory_per_engine.csv",
+                           ("topology", "mtp", "run", "activation_peak_gib", "non_torch_gib", "cudagraph_estimate_gib"))
     layouts = {"TP8": (8, 1), "TP4DP4": (4, 4)}  # the article's decode engines (both with +EP experts)
     matching = [
         row

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from pdtune import versions
 from pdtune.errors import InputError
+from pdtune.guarded import read_yaml
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import load_model, models_dir
 from pdtune.paths import REPO_ROOT
@@ -37,25 +37,6 @@ PATH_FIELDS: tuple[str, ...] = ("vllm_logs", "prefill_results", "decode_results"
 
 #: Toc entries in this folder are chapters (notebooks); every other entry is a prose page.
 CHAPTER_DIR = "notebooks"
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """YAML that refuses a key given twice: the second would silently win otherwise."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _value in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{key!r} is given twice (lines {seen[key]} and {key_node.start_mark.line + 1})",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
 @dataclass(frozen=True)
@@ -79,17 +60,13 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     memory from ``data/gpus/gpus.csv`` rather than the article's GB300 figure.
     """
     source = Path(path)
-    if not source.is_file():
+    if not source.exists():
         raise InputError(source, "-", "no such parameters file")
     try:
-        raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_StrictLoader)  # a SafeLoader subclass
-    except UnicodeDecodeError:
-        raise InputError(source, "-", "not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "-"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(source, where, f"not valid YAML: {problem}") from None
+        # the guarded reader: a regular file, UTF-8, no key twice, no complex keys, aliases and depth bounded
+        raw = read_yaml(source)
+    except InputError as exc:
+        raise InputError(source, exc.field if exc.field.startswith("line") else "-", exc.message) from None
     if raw is None:
         raise InputError(source, "-", "the file is empty; write at least the model (data/params/README.md)")
     if not isinstance(raw, dict):
@@ -163,11 +140,11 @@ def _model_reference(scenario: Scenario, base: Path, source: Path) -> str:
 def check_inputs(scenario: Scenario, source: Path) -> None:
     """Everything a chapter would trip over, checked once, before any chapter runs."""
     try:
-        load_model(scenario.model)
+        spec = load_model(scenario.model)
     except InputError as exc:
         raise InputError(source, "model", f"{scenario.model}: {exc.field}: {exc.message}") from None
     _gpu(source, scenario.gpu)
-    versions.parse(scenario.vllm, str(source))
+    versions.check(scenario.vllm, str(source), "vllm")
     for name in ("prefill_topologies", "decode_topologies"):
         values = getattr(scenario, name)
         if not values:
@@ -182,6 +159,29 @@ def check_inputs(scenario: Scenario, source: Path) -> None:
             parse_gpus(scenario.gpus, str(source))
         except InputError as exc:
             raise InputError(source, "gpus", exc.message) from None
+    _check_layouts(scenario, spec, source)
+
+
+def _check_layouts(scenario: Scenario, spec: Any, source: Path) -> None:
+    """What the chapters compute for every listed layout, tried once here: the workload must fit the model's
+    length, and each topology's TP must divide its heads (a chapter left with no layout it can size fails)."""
+    from pdtune.state import plan_state
+
+    common = dict(kv_cache_dtype=scenario.kv_cache_dtype, vllm=scenario.vllm)
+    try:
+        plan_state(spec, max_model_len=scenario.isl + scenario.osl, **common)
+    except InputError as exc:
+        field = "isl" if exc.field == "max_position_embeddings" else exc.field
+        if exc.source.startswith("--"):
+            field = exc.field if exc.field in ("kv_cache_dtype", "vllm") else "isl"
+        raise InputError(source, field, f"isl + osl = {scenario.isl + scenario.osl:,}: {exc.message}") from None
+    for name in ("prefill_topologies", "decode_topologies"):
+        for text in getattr(scenario, name):
+            tp = parse_topology(text, str(source)).tp
+            try:
+                plan_state(spec, max_model_len=scenario.isl + scenario.osl, tp=tp, **common)
+            except InputError as exc:
+                raise InputError(source, name, f"{text.strip()}: {exc.message}") from None
 
 
 @dataclass(frozen=True)
