@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pdtune import __version__
-from pdtune.errors import InputError
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.gpus import load_gpu
 from pdtune.io import output_folder, read_mapping, release, remove_stale, staging_dir
 from pdtune.model import load_model
@@ -472,7 +473,7 @@ def spec_from_params(params: dict[str, object], source: str = "PARAMS.yaml") -> 
         if key in params and params[key] is not None:
             value = params[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= float(value) <= 1:
-                raise InputError(source, key, f"expected a fraction in [0, 1], got {value!r}")
+                raise InputError(source, key, f"expected a fraction in [0, 1], got {brief(value)}")
             changes[key] = float(value)
     if "num_prompts_per_concurrency" in params:
         changes["num_prompts_per_concurrency"] = _whole_list([params["num_prompts_per_concurrency"]], source,
@@ -498,13 +499,13 @@ def read_params(path: str | os.PathLike[str]) -> dict[str, object]:
 
 def _list(value: object, source: str, key: str) -> list[object]:
     if not isinstance(value, list) or not value:
-        raise InputError(source, key, f"expected a non-empty list, got {value!r}")
+        raise InputError(source, key, f"expected a non-empty list, got {brief(value)}")
     return value
 
 
 def _text_param(value: object, source: str, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InputError(source, key, f"expected a name, got {value!r}")
+        raise InputError(source, key, f"expected a name, got {brief(value)}")
     return value.strip()
 
 
@@ -512,11 +513,20 @@ def _text_list(value: object, source: str, key: str) -> list[str]:
     return [_text_param(v, source, key) for v in _list(value, source, key)]
 
 
+#: The ceiling of each whole-number parameter (:mod:`pdtune.limits`); a workload's lengths are bounded too.
+_MAXIMA = {"concurrencies": limits.MAX_CONCURRENCY, "mtp_tokens": limits.MAX_SPECULATIVE_TOKENS,
+           "num_prompts_per_concurrency": limits.MAX_CONCURRENCY}
+
+
 def _whole_list(value: object, source: str, key: str, *, minimum: int = 1) -> list[int]:
     out = []
-    for v in _list(value, source, key):
+    values = _list(value, source, key)
+    if len(values) > 4096:
+        raise InputError(source, key, f"{len(values):,} entries are more than the 4,096 pdtune accepts")
+    for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise InputError(source, key, f"expected whole numbers >= {minimum}, got {v!r}")
+            raise InputError(source, key, f"expected whole numbers >= {minimum}, got {brief(v)}")
+        limits.bound(v, _MAXIMA.get(key, limits.MAX_MODEL_LEN), source, key)
         out.append(v)
     return out
 
@@ -526,11 +536,11 @@ def _disagg_entry(entry: object, source: str) -> tuple[str, bool]:
         unknown = sorted(set(entry) - {"deployment", "mtp"})
         if unknown or "deployment" not in entry:
             raise InputError(source, "disagg_configs",
-                             f"expected {{deployment: ..., mtp: true|false}}, got {entry!r}")
+                             f"expected {{deployment: ..., mtp: true|false}}, got {brief(entry)}")
         name = _text_param(entry["deployment"], source, "disagg_configs")
         mtp = entry.get("mtp", False)
         if not isinstance(mtp, bool):
-            raise InputError(source, "disagg_configs", f"mtp must be true or false, got {mtp!r}")
+            raise InputError(source, "disagg_configs", f"mtp must be true or false, got {brief(mtp)}")
     else:
         name = _text_param(entry, source, "disagg_configs")
         mtp = name.upper().endswith("+MTP")
@@ -541,6 +551,6 @@ def _disagg_entry(entry: object, source: str) -> tuple[str, bool]:
 
 def _workload(value: object, source: str, key: str) -> tuple[int, int]:
     if not isinstance(value, dict) or set(value) != {"isl", "osl"}:
-        raise InputError(source, key, f"expected {{isl: N, osl: N}}, got {value!r}")
+        raise InputError(source, key, f"expected {{isl: N, osl: N}}, got {brief(value)}")
     isl, osl = _whole_list([value["isl"], value["osl"]], source, key)
     return isl, osl

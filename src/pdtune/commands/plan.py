@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--{name.replace('_', '-')}", name, "must be positive")
     if not 0 <= args.acceptance <= 1:
         raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {args.acceptance}")
+    if args.recipes:  # a folder that cannot be written is refused before the search, not after it
+        from pdtune.io import output_folder
+
+        output_folder(args.recipes, "--recipes")
     settings = PlanSettings(
         model=args.model, gpu=args.gpu, decode_gpu=args.decode_gpu, max_gpus=args.max_gpus, isl=args.isl,
         osl=args.osl, mtp_tokens=args.mtp, acceptance=args.acceptance, kv_cache_dtype=args.kv_cache_dtype,

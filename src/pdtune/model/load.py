@@ -26,6 +26,8 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     candidate = Path(text)
     if candidate.is_file():
         return candidate
+    if candidate.exists() and not candidate.is_dir():  # a FIFO or a device: said so, never opened
+        guarded.check_regular(candidate, "config.json")
     if candidate.is_dir():
         inner = candidate / "config.json"
         if inner.is_file():

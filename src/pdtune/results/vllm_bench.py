@@ -79,7 +79,7 @@ class _PerRequest:
             out = np.asarray(lens, dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError(source, "ttfts", "per-request arrays must hold numbers") from None
-        if ttft.ndim != 1 or not (np.isfinite(ttft).all() and np.isfinite(out).all()):
+        if ttft.ndim != 1 or out.ndim != 1 or not (np.isfinite(ttft).all() and np.isfinite(out).all()):
             raise InputError(source, "ttfts", "per-request arrays hold NaN, infinite or nested values")
         ok = out > 0
         if failed:
