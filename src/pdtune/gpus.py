@@ -35,6 +35,10 @@ _COLUMNS = (
     "gpus_per_node",
 )
 
+#: Fixed cost of one collective step that crosses the scale-out network (NIC, switch and NCCL's proxy), when
+#: the table's optional ``network_latency_us`` column is blank; see data/gpus/README.md.
+DEFAULT_NETWORK_LATENCY_S = 20e-6
+
 
 def gpus_file() -> Path:
     return data_dir() / "gpus" / "gpus.csv"
@@ -55,6 +59,7 @@ class GpuSpec:
     network_bandwidth: float  # bytes/s per GPU per direction beyond the NVLink domain
     gpus_per_node: int = 8  # GPUs one host (a compute tray, an HGX board) holds
     torch_total_known: bool = True
+    network_latency: float = DEFAULT_NETWORK_LATENCY_S  # seconds per collective call beyond the NVLink domain
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak for math in ``dtype``; a format the GPU lacks runs at the next wider one it has."""
@@ -68,6 +73,10 @@ class GpuSpec:
     def link_bandwidth(self, group_gpus: int) -> float:
         """Per-GPU bandwidth of a collective over ``group_gpus`` GPUs: NVLink in one domain, else the NIC."""
         return self.nvlink_bandwidth if group_gpus <= self.nvlink_domain else self.network_bandwidth
+
+    def crosses_network(self, group_gpus: int) -> bool:
+        """Whether a group of ``group_gpus`` GPUs spans more than one NVLink domain."""
+        return group_gpus > self.nvlink_domain
 
     @property
     def ridge_point(self) -> dict[str, float]:
@@ -87,6 +96,7 @@ class GpuSpec:
             "nvlink_domain_gpus": self.nvlink_domain,
             "network_gb_s": self.network_bandwidth / 1e9,
             "gpus_per_node": self.gpus_per_node,
+            "network_latency_us": self.network_latency * 1e6,
         }
 
 
@@ -116,6 +126,7 @@ def _table(path: str) -> dict[str, GpuSpec]:
             if value is not None:
                 flops[dtype] = value * 1e12
         torch_total = _number(row["torch_total_gib"], where, "torch_total_gib", optional=True)
+        latency_us = _number(row.get("network_latency_us"), where, "network_latency_us", optional=True)
         capacity = _number(row["memory_gb"], where, "memory_gb")
         assert capacity is not None
         out[name] = GpuSpec(
@@ -131,6 +142,7 @@ def _table(path: str) -> dict[str, GpuSpec]:
             network_bandwidth=_required(row, "network_gb_s", where) * 1e9,
             gpus_per_node=int(_required(row, "gpus_per_node", where)),
             torch_total_known=torch_total is not None,
+            network_latency=DEFAULT_NETWORK_LATENCY_S if latency_us is None else latency_us * 1e-6,
         )
     return out
 

@@ -24,8 +24,13 @@ them one after another):
 then communication, which vLLM does not overlap with compute: TP all-reduces (or, with DP attention, the
 reduce-scatter + all-gather of sequence-parallel MoE) and the expert all-gather / reduce-scatter of vLLM's
 default ``allgather_reducescatter`` all2all backend (dispatch in the experts' activation format, combine in
-bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call; pipeline stages
-send hidden state and residual to the next; and a fixed ``step_overhead_s``.
+bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call (a group larger
+than the NVLink domain moves its bytes over the scale-out network and pays its latency per call too:
+:mod:`pdtune.perfmodel.network`); pipeline stages send hidden state and residual to the next; and a fixed
+``step_overhead_s`` plus ``layer_overhead_s`` per layer of the stage.
+
+:meth:`Engine.step_terms` gives the same step as linear pieces with the efficiency factors left out
+(:class:`StepTerms`), so that calibration can re-evaluate thousands of steps for each trial set of factors.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from pdtune.model import LayerKind, ModelSpec
 from pdtune.paths import article_dir
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
+from pdtune.perfmodel.network import group_bandwidth
 from pdtune.state import StatePlan, plan_state
 from pdtune.topology import Topology
 from pdtune.units import GiB, from_gib
@@ -165,6 +171,10 @@ class Work:
         compute = sum(f / (gpu.peak_flops(d) * eff.compute) for d, f in self.flops.items())
         return max(compute, self.bytes / (gpu.hbm_bandwidth * eff.hbm))
 
+    def peak_seconds(self, gpu: GpuSpec) -> tuple[float, float]:
+        """(compute seconds, memory seconds) at 100 % of the peaks: the roofline's two sides."""
+        return (sum(f / gpu.peak_flops(d) for d, f in self.flops.items()), self.bytes / gpu.hbm_bandwidth)
+
     def scaled(self, factor: float) -> Work:
         return Work({d: f * factor for d, f in self.flops.items()}, self.bytes * factor)
 
@@ -187,6 +197,46 @@ class StepTime:
 
     def to_dict(self) -> dict[str, float]:
         return {**self.parts, "total": self.total}
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One step on one GPU as linear pieces, the efficiency factors left out.
+
+    ``seconds(eff)`` equals :meth:`Engine.step_time` ``(batch, eff).total`` (to rounding) for a one-stage
+    engine: each kind of work costs ``max(compute_s / compute, memory_s / hbm)``, communication
+    ``link_s / link`` plus ``calls x collective_latency_s`` (and the network latency for calls that leave the
+    NVLink domain), and the step ``step_overhead_s + layers x layer_overhead_s``.
+    """
+
+    compute_s: tuple[float, ...]  # per kind of work: seconds at the dense tensor-core peak
+    memory_s: tuple[float, ...]  # per kind of work: seconds at the HBM peak
+    link_s: float  # communication seconds at 100 % of the links
+    calls: float  # collective calls, each costing collective_latency_s
+    network_s: float  # fixed network cost of the calls that leave the NVLink domain (seconds)
+    layers: int
+
+    def seconds(self, eff: Efficiency) -> float:
+        work = sum(max(c / eff.compute, m / eff.hbm) for c, m in zip(self.compute_s, self.memory_s, strict=True))
+        return (
+            work
+            + self.link_s / eff.link
+            + self.calls * eff.collective_latency_s
+            + self.network_s
+            + eff.step_overhead_s
+            + self.layers * eff.layer_overhead_s
+        )
+
+    def __add__(self, other: StepTerms) -> StepTerms:
+        """Two steps one after the other (pipeline stages in turn)."""
+        return StepTerms(
+            self.compute_s + other.compute_s,
+            self.memory_s + other.memory_s,
+            self.link_s + other.link_s,
+            self.calls + other.calls,
+            self.network_s + other.network_s,
+            self.layers + other.layers,
+        )
 
 
 @dataclass(frozen=True)
@@ -268,11 +318,66 @@ class Engine:
             mtp = self._layer_comm(batch.seqs, batch.seqs * self.topology.dp, moe=self.costs.mtp_moe, eff=eff)
             parts["mtp_draft"] = parts.get("mtp_draft", 0.0) + batch.draft_passes * mtp
         if index < len(self.stages) - 1:
-            link = self.gpu.link_bandwidth(2) * eff.link
+            link = group_bandwidth(self.gpu, self._pp_group, eff)
             hidden_and_residual = 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES
-            parts["pp_send"] = hidden_and_residual / link + eff.collective_latency_s
-        parts["overhead"] = eff.step_overhead_s
+            parts["pp_send"] = hidden_and_residual / link + eff.collective_latency_s + self._pp_network_latency
+        layers = self._stage_info[index].layers
+        parts["overhead"] = eff.step_overhead_s + layers * eff.layer_overhead_s
         return StepTime(parts)
+
+    @property
+    def _pp_group(self) -> int:
+        """Pipeline sends stay on NVLink while the whole engine fits one NVLink domain (2: a point-to-point)."""
+        return 2 if not self.gpu.crosses_network(self.topology.gpus) else self.gpu.nvlink_domain + 1
+
+    @property
+    def _pp_network_latency(self) -> float:
+        return self.gpu.network_latency if self.gpu.crosses_network(self.topology.gpus) else 0.0
+
+    def step_terms(self, batch: Batch) -> StepTerms:
+        """The step as :class:`StepTerms`, every pipeline stage in turn (their sum)."""
+        total: StepTerms | None = None
+        for index in range(len(self.stages)):
+            terms = self._stage_terms(index, batch)
+            total = terms if total is None else total + terms
+        assert total is not None
+        return total
+
+    def _stage_terms(self, index: int, batch: Batch) -> StepTerms:
+        gpu, topo = self.gpu, self.topology
+        works = self._stage_work(index, batch)
+        peaks = [w.peak_seconds(gpu) for w in works.values()]
+        info = self._stage_info[index]
+        link_s = calls = network_s = 0.0
+        for moe, count in ((True, info.moe), (False, info.layers - info.moe)):
+            if count:
+                tp_b, ep_b, n = self._layer_comm_bytes(batch.tokens, batch.ep_tokens, moe=moe)
+                link_s += count * (tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards))
+                calls += count * n
+                network_s += count * self._network_calls(n, moe=moe) * gpu.network_latency
+        if batch.draft_passes and index == len(self.stages) - 1:
+            tp_b, ep_b, n = self._layer_comm_bytes(batch.seqs, batch.seqs * topo.dp, moe=self.costs.mtp_moe)
+            link_s += batch.draft_passes * (
+                tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards)
+            )
+            calls += batch.draft_passes * n
+            network_s += batch.draft_passes * self._network_calls(n, moe=self.costs.mtp_moe) * gpu.network_latency
+        if index < len(self.stages) - 1:
+            link_s += 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES / gpu.link_bandwidth(self._pp_group)
+            calls += 1
+            network_s += self._pp_network_latency
+        return StepTerms(
+            tuple(c for c, _ in peaks), tuple(m for _, m in peaks), link_s, calls, network_s, info.layers
+        )
+
+    def _network_calls(self, calls: int, *, moe: bool) -> int:
+        """Of a layer's collective calls, those whose group leaves the NVLink domain."""
+        topo, gpu = self.topology, self.gpu
+        if moe and topo.dp > 1:
+            ep_calls = 2 if gpu.crosses_network(topo.expert_shards) else 0
+            tp_calls = (calls - 2) if gpu.crosses_network(topo.tp) else 0
+            return ep_calls + tp_calls
+        return calls if gpu.crosses_network(topo.tp) else 0
 
     @cached_property
     def _stage_info(self) -> tuple[_StageInfo, ...]:
@@ -362,7 +467,7 @@ class Engine:
 
     def _comm_times(self, batch: Batch, index: int, eff: Efficiency) -> dict[str, float]:
         info = self._stage_info[index]
-        tp_time = ep_time = latency = 0.0
+        tp_time = ep_time = latency = network = 0.0
         for moe, count in ((True, info.moe), (False, info.layers - info.moe)):
             if not count:
                 continue
@@ -370,6 +475,7 @@ class Engine:
             tp_time += count * t
             ep_time += count * e
             latency += count * n * eff.collective_latency_s
+            network += count * self._network_calls(n, moe=moe) * self.gpu.network_latency
         out = {}
         if tp_time:
             out["tp_comm"] = tp_time
@@ -377,16 +483,29 @@ class Engine:
             out["ep_comm"] = ep_time
         if latency:
             out["collective_latency"] = latency
+        if network:
+            out["network_latency"] = network
         return out
 
     def _layer_comm(self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency) -> float:
         t, e, n = self._layer_comm_parts(tokens, ep_tokens, moe=moe, eff=eff)
-        return t + e + n * eff.collective_latency_s
+        total = t + e + n * eff.collective_latency_s
+        network = self._network_calls(n, moe=moe)
+        return total + network * self.gpu.network_latency if network else total
 
     def _layer_comm_parts(
         self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency
     ) -> tuple[float, float, int]:
-        """(TP seconds, EP seconds, collective calls) of one layer for one GPU.
+        """(TP seconds, EP seconds, collective calls) of one layer for one GPU (bytes from
+        :meth:`_layer_comm_bytes` over each group's achieved bandwidth)."""
+        tp_bytes, ep_bytes, calls = self._layer_comm_bytes(tokens, ep_tokens, moe=moe)
+        topo = self.topology
+        tp_link = group_bandwidth(self.gpu, topo.tp, eff)
+        ep_link = group_bandwidth(self.gpu, topo.expert_shards, eff)
+        return tp_bytes / tp_link, ep_bytes / ep_link, calls
+
+    def _layer_comm_bytes(self, tokens: float, ep_tokens: float, *, moe: bool) -> tuple[float, float, int]:
+        """(TP bytes, EP bytes, collective calls) of one layer for one GPU.
 
         * DP = 1: two all-reduces over TP (after the mixer, after the FFN/MoE): ``2 (t-1)/t`` of the
           activations each.
@@ -396,7 +515,7 @@ class Engine:
           the mixer output is reduce-scattered over TP and all-gathered again (one all-reduce's bytes).
         * DP > 1, dense layer: the TP all-reduces only.
         """
-        c, topo, gpu = self.costs, self.topology, self.gpu
+        c, topo = self.costs, self.topology
         t, d = topo.tp, topo.dp
         h = c.hidden
         tp_bytes = ep_bytes = 0.0
@@ -412,9 +531,7 @@ class Engine:
         elif t > 1:
             tp_bytes = 2 * 2 * (t - 1) / t * tokens * h * ACTIVATION_BYTES
             calls += 2
-        tp_link = gpu.link_bandwidth(t) * eff.link
-        ep_link = gpu.link_bandwidth(topo.expert_shards) * eff.link
-        return tp_bytes / tp_link, ep_bytes / ep_link, calls
+        return tp_bytes, ep_bytes, calls
 
 
 def _activation_bytes(expert_dtype: str) -> Fraction:

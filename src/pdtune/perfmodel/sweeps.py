@@ -40,6 +40,7 @@ from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
+from pdtune.perfmodel.network import collective_cost
 from pdtune.topology import Deployment, Topology
 
 #: Default workloads of the article.
@@ -474,7 +475,7 @@ def predict_disagg(
     x, y = deployment.n_prefill, deployment.n_decode
     context = isl + osl / 2
     decode_cap = y * decode.capacity
-    transfer = _kv_transfer_seconds(decode, isl, gpu, efficiency)
+    transfer = kv_transfer_seconds(decode, gpu, efficiency, deployment_gpus=deployment.gpus_total)
 
     def prefill_rate(n: float) -> float:
         return x * _prefill_service(prefill, n / x, isl, 1, efficiency).rate
@@ -536,7 +537,9 @@ def predict_disagg(
     return out
 
 
-def _kv_transfer_seconds(decode: Engine, isl: int, gpu: GpuSpec, eff: Efficiency) -> float:
-    """Moving one request's prefilled state to the decode engine (NIXL over NVLink, one GPU's share)."""
+def kv_transfer_seconds(decode: Engine, gpu: GpuSpec, eff: Efficiency, *, deployment_gpus: int = 2) -> float:
+    """Moving one request's prefilled state to the decode engine, one GPU's share (NIXL): over NVLink while
+    the whole deployment fits one NVLink domain, else over the scale-out network with its latency."""
     per_rank = decode.plan.bytes_per_request  # one TP rank's state for the whole request
-    return per_rank / (gpu.link_bandwidth(2) * eff.link) + eff.collective_latency_s
+    cost = collective_cost(gpu, deployment_gpus if gpu.crosses_network(deployment_gpus) else 2, per_rank, 1, eff)
+    return cost.seconds
