@@ -62,10 +62,11 @@ class GpuSpec:
     network_latency: float = DEFAULT_NETWORK_LATENCY_S  # seconds per collective call beyond the NVLink domain
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak for math in ``dtype``; a format the GPU lacks runs at the next wider one it has."""
+        """Dense peak for math in ``dtype``; a format the GPU lacks runs in BF16 (FP4 weights on Hopper go through
+        W4A16 kernels that dequantize to BF16, as vLLM's Marlin and triton MXFP4 paths do)."""
         if dtype not in DTYPES:
             raise InputError(self.name, "dtype", f"unknown math format {dtype!r}; known: {', '.join(DTYPES)}")
-        for candidate in DTYPES[DTYPES.index(dtype) :: -1]:
+        for candidate in (dtype, "bf16"):
             if candidate in self.dense_flops:
                 return self.dense_flops[candidate]
         raise InputError(self.name, "bf16_dense_tflops", "missing")  # pragma: no cover - every row has bf16

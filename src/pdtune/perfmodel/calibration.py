@@ -7,6 +7,8 @@ pipeline bubbles) and never from a factor chosen per topology:
 
 ============================  ================================================================================
 ``compute``                   achieved fraction of the dense tensor-core peak in matmuls and attention
+``expert_compute``            the same for the routed experts' grouped GEMMs (small per-expert batches, routing
+                              and permutes); unset, it is ``compute``
 ``hbm``                       achieved fraction of HBM bandwidth when streaming weights, KV cache and states
 ``link``                      achieved fraction of NVLink (or NIC) bandwidth in collectives
 ``collective_latency_s``      fixed cost of one collective call (launch, synchronisation, NVLink round trip)
@@ -16,6 +18,9 @@ pipeline bubbles) and never from a factor chosen per topology:
                               (norms, rotary, activation, routing) that no roofline term sees
 ``request_overhead_s``        fixed cost a request pays before its first token outside the engine steps:
                               the HTTP front end, tokenisation, detokenisation and streaming (TTFT only)
+``arrival_clustering``        aggregated serving: the fraction of the other clients whose next prompts reach
+                              the scheduler together with a request's (0: every prompt alone; 1: the closed
+                              loop's cohorts never disperse); see :mod:`pdtune.perfmodel.aggregated`
 ============================  ================================================================================
 
 How the defaults were chosen is written down in ``data/clusters/gb300-qwen3.8-modeled/README.md``: a grid
@@ -44,8 +49,17 @@ class Efficiency:
     step_overhead_s: float = 3.5e-3
     layer_overhead_s: float = 0.0
     request_overhead_s: float = 0.0
+    arrival_clustering: float = 0.0
+    expert_compute: float | None = None
 
     def __post_init__(self) -> None:
+        if self.expert_compute is not None:
+            e = self.expert_compute
+            if not (isinstance(e, (int, float)) and math.isfinite(e) and 0 < e <= 1):
+                raise InputError("efficiency", "expert_compute", f"must be a fraction in (0, 1], got {e!r}")
+        value = self.arrival_clustering
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
+            raise InputError("efficiency", "arrival_clustering", f"must be a fraction in [0, 1], got {value!r}")
         for name in ("compute", "hbm", "link"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1):
@@ -55,14 +69,22 @@ class Efficiency:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError("efficiency", name, f"must be a time >= 0 s, got {value!r}")
 
+    @property
+    def experts(self) -> float:
+        """The achieved fraction of peak in the routed experts' matmuls."""
+        return self.compute if self.expert_compute is None else self.expert_compute
+
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        out = asdict(self)
+        if self.expert_compute is None:
+            del out["expert_compute"]  # unset: the same as compute
+        return out
 
 
 #: The factors that are fractions of a peak, and those that are times.
 FRACTION_FACTORS = ("compute", "hbm", "link")
 TIME_FACTORS = ("collective_latency_s", "step_overhead_s", "layer_overhead_s", "request_overhead_s")
-FACTORS = FRACTION_FACTORS + TIME_FACTORS
+FACTORS = (*FRACTION_FACTORS, "expert_compute", *TIME_FACTORS, "arrival_clustering")
 
 
 #: The calibration every bundled prediction uses.

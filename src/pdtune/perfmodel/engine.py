@@ -135,6 +135,7 @@ class Batch:
     seqs: float  # sequences (fractional: an average over micro-batches or ranks)
     prefill_tokens: float = 0  # of ``tokens``: prefill (chunked kernels)
     attn_pairs: float = 0.0  # sum over the step's tokens of the keys each attends to
+    decode_pairs: float = 0.0  # of ``attn_pairs`` in a step with prefill: the decode tokens' (decode kernels)
     kv_tokens_read: float = 0.0  # sum over sequences of cached tokens read from the KV cache
     logits: float = 0  # tokens that go through the lm_head
     state_writes: int = 1  # recurrent states written per sequence (1 + K with K draft tokens)
@@ -166,9 +167,11 @@ class Work:
     flops: dict[str, float]
     bytes: float
 
-    def time(self, gpu: GpuSpec, eff: Efficiency) -> float:
-        """Roofline at the achieved fractions: compute-bound or memory-bound, whichever is slower."""
-        compute = sum(f / (gpu.peak_flops(d) * eff.compute) for d, f in self.flops.items())
+    def time(self, gpu: GpuSpec, eff: Efficiency, *, experts: bool = False) -> float:
+        """Roofline at the achieved fractions: compute-bound or memory-bound, whichever is slower (``experts``:
+        the routed experts' grouped GEMMs, at ``expert_compute``)."""
+        fraction = eff.experts if experts else eff.compute
+        compute = sum(f / (gpu.peak_flops(d) * fraction) for d, f in self.flops.items())
         return max(compute, self.bytes / (gpu.hbm_bandwidth * eff.hbm))
 
     def peak_seconds(self, gpu: GpuSpec) -> tuple[float, float]:
@@ -211,13 +214,17 @@ class StepTerms:
 
     compute_s: tuple[float, ...]  # per kind of work: seconds at the dense tensor-core peak
     memory_s: tuple[float, ...]  # per kind of work: seconds at the HBM peak
+    experts: tuple[bool, ...]  # per kind of work: the routed experts (at expert_compute)
     link_s: float  # communication seconds at 100 % of the links
     calls: float  # collective calls, each costing collective_latency_s
     network_s: float  # fixed network cost of the calls that leave the NVLink domain (seconds)
     layers: int
 
     def seconds(self, eff: Efficiency) -> float:
-        work = sum(max(c / eff.compute, m / eff.hbm) for c, m in zip(self.compute_s, self.memory_s, strict=True))
+        work = sum(
+            max(c / (eff.experts if x else eff.compute), m / eff.hbm)
+            for c, m, x in zip(self.compute_s, self.memory_s, self.experts, strict=True)
+        )
         return (
             work
             + self.link_s / eff.link
@@ -232,6 +239,7 @@ class StepTerms:
         return StepTerms(
             self.compute_s + other.compute_s,
             self.memory_s + other.memory_s,
+            self.experts + other.experts,
             self.link_s + other.link_s,
             self.calls + other.calls,
             self.network_s + other.network_s,
@@ -312,7 +320,9 @@ class Engine:
         return best
 
     def _stage_time(self, index: int, batch: Batch, eff: Efficiency) -> StepTime:
-        parts = {name: w.time(self.gpu, eff) for name, w in self._stage_work(index, batch).items()}
+        parts = {
+            name: w.time(self.gpu, eff, experts=name == "experts") for name, w in self._stage_work(index, batch).items()
+        }
         parts.update(self._comm_times(batch, index, eff))
         if batch.draft_passes and index == len(self.stages) - 1:
             mtp = self._layer_comm(batch.seqs, batch.seqs * self.topology.dp, moe=self.costs.mtp_moe, eff=eff)
@@ -367,7 +377,13 @@ class Engine:
             calls += 1
             network_s += self._pp_network_latency
         return StepTerms(
-            tuple(c for c, _ in peaks), tuple(m for _, m in peaks), link_s, calls, network_s, info.layers
+            tuple(c for c, _ in peaks),
+            tuple(m for _, m in peaks),
+            tuple(name == "experts" for name in works),
+            link_s,
+            calls,
+            network_s,
+            info.layers,
         )
 
     def _network_calls(self, calls: int, *, moe: bool) -> int:
@@ -414,15 +430,23 @@ class Engine:
             work["experts"] = self._experts_work(batch.ep_tokens).scaled(info.moe)
         if (info.attention or info.sliding) and self.kv_bytes_per_token:
             # Pair FLOPs over the TP-sharded heads; the KV cache read and the new tokens written, per TP rank.
-            pair = c.attn_pair_flops_prefill if batch.prefill_tokens else c.attn_pair_flops_decode
+            # A step with prefill runs its prompt tokens through the prefill kernels (MLA un-absorbed) and its
+            # decode tokens, if any, through the decode kernels.
+            if batch.prefill_tokens:
+                pre_pairs, dec_pairs = batch.attn_pairs - batch.decode_pairs, batch.decode_pairs
+            else:
+                pre_pairs, dec_pairs = 0.0, batch.attn_pairs
+            pair_flops = c.attn_pair_flops_prefill * pre_pairs + c.attn_pair_flops_decode * dec_pairs
             kv = (batch.kv_tokens_read + batch.tokens) * self.kv_bytes_per_token
-            full = Work({"bf16": pair * batch.attn_pairs / tp}, kv)
-            # A sliding-window layer sees at most its window of the average context.
+            full = Work({"bf16": pair_flops / tp}, kv)
+            # A sliding-window layer sees at most its window: of the average context for a decode token, and
+            # of the positions before it for a prompt token.
             window = self.spec.attention.sliding_window if self.spec.attention else None
             context = batch.kv_tokens_read / batch.seqs if batch.seqs else 0.0
             share = min(1.0, window / context) if window and context > window else 1.0
+            pre_window = min(pre_pairs, batch.prefill_tokens * window) if window else pre_pairs
             sliding = Work(
-                {"bf16": pair * batch.attn_pairs * share / tp},
+                {"bf16": (c.attn_pair_flops_prefill * pre_window + c.attn_pair_flops_decode * dec_pairs * share) / tp},
                 (batch.kv_tokens_read * share + batch.tokens) * self.kv_bytes_per_token,
             )
             work["attention"] = full.scaled(info.attention) + sliding.scaled(info.sliding)
