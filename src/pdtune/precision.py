@@ -95,11 +95,23 @@ def _format_of(bytes_per_param: Fraction) -> Format:
 
 def checkpoint_formats(spec: ModelSpec) -> tuple[Format, Format]:
     """(dense, experts) formats of the model as its config stores it."""
-    w = spec.weights
+    return _formats(spec.weights)
+
+
+def _formats(w: WeightFormat) -> tuple[Format, Format]:
     named = _named_parts(w)
     if named is not None:
         return named
-    return _format_of(w.dense), _format_of(w.experts)
+    # INT4 group-quantized checkpoints (compressed-tensors, Kimi-K2's "int4-g32") weigh what NVFP4 weighs but
+    # multiply in BF16: the loader's name tells them apart.
+    int4 = "int4" in w.name.lower()
+
+    def of(bytes_per_param: Fraction) -> Format:
+        if int4 and bytes_per_param == FORMATS["int4-w4a16"].bytes_per_param:
+            return FORMATS["int4-w4a16"]
+        return _format_of(bytes_per_param)
+
+    return of(w.dense), of(w.experts)
 
 
 def _named_parts(weights: WeightFormat) -> tuple[Format, Format] | None:
@@ -116,14 +128,15 @@ def _named_parts(weights: WeightFormat) -> tuple[Format, Format] | None:
 
 def math_format(weights: WeightFormat, role: str) -> str:
     """The tensor-core format the ``role`` ("dense" or "experts") weights multiply in."""
-    named = _named_parts(weights)
-    if named is not None:
-        return (named[0] if role == "dense" else named[1]).math
-    return _format_of(weights.dense if role == "dense" else weights.experts).math
+    dense, experts = _formats(weights)
+    return (dense if role == "dense" else experts).math
 
 
 def with_formats(spec: ModelSpec, dense: Format, experts: Format) -> ModelSpec:
-    """``spec`` served with ``dense`` and ``experts`` weights (embeddings and routers unchanged)."""
+    """``spec`` served with ``dense`` and ``experts`` weights (embeddings and routers unchanged); the spec itself
+    when those are its checkpoint's formats."""
+    if (dense, experts) == checkpoint_formats(spec):
+        return spec
     name = dense.name if spec.moe is None else f"{dense.name}+{experts.name}-experts"
     weights = WeightFormat(dense.bytes_per_param, experts.bytes_per_param, spec.weights.embedding, name=name)
     if weights == spec.weights:

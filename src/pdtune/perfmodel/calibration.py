@@ -9,6 +9,8 @@ pipeline bubbles) and never from a factor chosen per topology:
 ``compute``                   achieved fraction of the dense tensor-core peak in matmuls and attention
 ``expert_compute``            the same for the routed experts' grouped GEMMs (small per-expert batches, routing
                               and permutes); unset, it is ``compute``
+``expert_hbm``                the same for streaming the routed experts' weights (many small, scattered
+                              matrices); unset, it is ``hbm``
 ``hbm``                       achieved fraction of HBM bandwidth when streaming weights, KV cache and states
 ``link``                      achieved fraction of NVLink (or NIC) bandwidth in collectives
 ``collective_latency_s``      fixed cost of one collective call (launch, synchronisation, NVLink round trip)
@@ -51,12 +53,13 @@ class Efficiency:
     request_overhead_s: float = 0.0
     arrival_clustering: float = 0.0
     expert_compute: float | None = None
+    expert_hbm: float | None = None
 
     def __post_init__(self) -> None:
-        if self.expert_compute is not None:
-            e = self.expert_compute
-            if not (isinstance(e, (int, float)) and math.isfinite(e) and 0 < e <= 1):
-                raise InputError("efficiency", "expert_compute", f"must be a fraction in (0, 1], got {e!r}")
+        for name in ("expert_compute", "expert_hbm"):
+            e = getattr(self, name)
+            if e is not None and not (isinstance(e, (int, float)) and math.isfinite(e) and 0 < e <= 1):
+                raise InputError("efficiency", name, f"must be a fraction in (0, 1], got {e!r}")
         value = self.arrival_clustering
         if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
             raise InputError("efficiency", "arrival_clustering", f"must be a fraction in [0, 1], got {value!r}")
@@ -74,17 +77,23 @@ class Efficiency:
         """The achieved fraction of peak in the routed experts' matmuls."""
         return self.compute if self.expert_compute is None else self.expert_compute
 
+    @property
+    def experts_hbm(self) -> float:
+        """The achieved fraction of HBM bandwidth streaming the routed experts' weights."""
+        return self.hbm if self.expert_hbm is None else self.expert_hbm
+
     def to_dict(self) -> dict[str, float]:
         out = asdict(self)
-        if self.expert_compute is None:
-            del out["expert_compute"]  # unset: the same as compute
+        for name in ("expert_compute", "expert_hbm"):
+            if out[name] is None:
+                del out[name]  # unset: the same as compute / hbm
         return out
 
 
 #: The factors that are fractions of a peak, and those that are times.
 FRACTION_FACTORS = ("compute", "hbm", "link")
 TIME_FACTORS = ("collective_latency_s", "step_overhead_s", "layer_overhead_s", "request_overhead_s")
-FACTORS = (*FRACTION_FACTORS, "expert_compute", *TIME_FACTORS, "arrival_clustering")
+FACTORS = (*FRACTION_FACTORS, "expert_compute", "expert_hbm", *TIME_FACTORS, "arrival_clustering")
 
 
 #: The calibration every bundled prediction uses.

@@ -172,7 +172,7 @@ class Work:
         the routed experts' grouped GEMMs, at ``expert_compute``)."""
         fraction = eff.experts if experts else eff.compute
         compute = sum(f / (gpu.peak_flops(d) * fraction) for d, f in self.flops.items())
-        return max(compute, self.bytes / (gpu.hbm_bandwidth * eff.hbm))
+        return max(compute, self.bytes / (gpu.hbm_bandwidth * (eff.experts_hbm if experts else eff.hbm)))
 
     def peak_seconds(self, gpu: GpuSpec) -> tuple[float, float]:
         """(compute seconds, memory seconds) at 100 % of the peaks: the roofline's two sides."""
@@ -222,7 +222,7 @@ class StepTerms:
 
     def seconds(self, eff: Efficiency) -> float:
         work = sum(
-            max(c / (eff.experts if x else eff.compute), m / eff.hbm)
+            max(c / eff.experts, m / eff.experts_hbm) if x else max(c / eff.compute, m / eff.hbm)
             for c, m, x in zip(self.compute_s, self.memory_s, self.experts, strict=True)
         )
         return (

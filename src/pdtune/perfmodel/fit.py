@@ -33,12 +33,13 @@ from pdtune.perfmodel.validation import _Cache, _engine, compile_agg, model_key,
 
 #: The factors a fit moves (``arrival_clustering`` separately), with their bounds: physically plausible ranges.
 FIT_FACTORS: tuple[str, ...] = (
-    "compute", "expert_compute", "hbm", "link", "collective_latency_s", "step_overhead_s", "layer_overhead_s",
+    "compute", "expert_compute", "hbm", "expert_hbm", "link", "collective_latency_s", "step_overhead_s", "layer_overhead_s",
     "request_overhead_s",
 )
 BOUNDS: dict[str, tuple[float, float]] = {
     "compute": (0.05, 1.0),
     "expert_compute": (0.05, 1.0),
+    "expert_hbm": (0.1, 1.0),
     "hbm": (0.2, 1.0),
     "link": (0.3, 1.0),  # NCCL and vLLM's custom all-reduce reach well over a third of NVLink on large messages
     "collective_latency_s": (2e-6, 50e-6),  # one NVLink all-reduce launch and handshake
@@ -47,7 +48,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "request_overhead_s": (0.0, 0.3),
     "arrival_clustering": (0.0, 1.0),
 }
-_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "link": 0.1, "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
+_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1, "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
           "layer_overhead_s": 1e-5, "request_overhead_s": 1e-2}
 
 
@@ -101,7 +102,8 @@ class TermMatrix:
 
     compute: np.ndarray  # steps x kinds, seconds at the compute peak (dense work)
     expert: np.ndarray  # steps x kinds, the routed experts' seconds at the compute peak
-    memory: np.ndarray  # steps x kinds, seconds at the HBM peak
+    memory: np.ndarray  # steps x kinds, seconds at the HBM peak (dense work)
+    expert_memory: np.ndarray  # steps x kinds, the routed experts' seconds at the HBM peak
     link: np.ndarray  # steps
     calls: np.ndarray
     network: np.ndarray
@@ -111,10 +113,12 @@ class TermMatrix:
     ttft_overhead: np.ndarray  # points
     measured_ttft: np.ndarray  # points, seconds
     measured_tpot: np.ndarray
+    weight: np.ndarray  # points: 1 / sqrt(rows of the point's problem), so each model x GPU counts alike
     index: list[Any]  # (problem number, row index) of each point
 
     def times(self, eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
-        work = np.maximum(self.compute / eff.compute + self.expert / eff.experts, self.memory / eff.hbm).sum(axis=1)
+        work = (np.maximum(self.compute / eff.compute, self.memory / eff.hbm)
+                + np.maximum(self.expert / eff.experts, self.expert_memory / eff.experts_hbm)).sum(axis=1)
         step = (work + self.link / eff.link + self.calls * eff.collective_latency_s + self.network
                 + eff.step_overhead_s + self.layers * eff.layer_overhead_s)
         return self.w_ttft @ step + self.ttft_overhead * eff.request_overhead_s, self.w_tpot @ step
@@ -168,14 +172,18 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
             index.append(where)
     if not index:
         return Compiled(None, unpredicted)
+    per_problem: dict[int, int] = {}
+    for p_no, _ in index:
+        per_problem[p_no] = per_problem.get(p_no, 0) + 1
     kinds = max(len(t.compute_s) for t in steps)
     compute = np.zeros((len(steps), kinds))
     expert = np.zeros((len(steps), kinds))
     memory = np.zeros((len(steps), kinds))
+    expert_memory = np.zeros((len(steps), kinds))
     for i, t in enumerate(steps):
         for j, (c, m, x) in enumerate(zip(t.compute_s, t.memory_s, t.experts, strict=True)):
             (expert if x else compute)[i, j] = c
-            memory[i, j] = m
+            (expert_memory if x else memory)[i, j] = m
     w_ttft = np.zeros((len(index), len(steps)))
     w_tpot = np.zeros((len(index), len(steps)))
     for i, (a, b) in enumerate(zip(rows_ttft, rows_tpot, strict=True)):
@@ -187,6 +195,7 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
         compute=compute,
         expert=expert,
         memory=memory,
+        expert_memory=expert_memory,
         link=np.array([t.link_s for t in steps]),
         calls=np.array([t.calls for t in steps]),
         network=np.array([t.network_s for t in steps]),
@@ -196,6 +205,7 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
         ttft_overhead=np.array(overhead),
         measured_ttft=np.array(meas_ttft),
         measured_tpot=np.array(meas_tpot),
+        weight=np.array([1 / math.sqrt(per_problem[p_no]) for p_no, _ in index]),
         index=index,
     )
     return Compiled(matrix, unpredicted)
@@ -215,16 +225,17 @@ class FitResult:
 def _residuals(matrix: TermMatrix, eff: Efficiency) -> np.ndarray:
     ttft, tpot = matrix.times(eff)
     floor = 1e-9
-    return np.concatenate([np.log(np.maximum(ttft, floor) / matrix.measured_ttft),
-                           np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
+    w = matrix.weight
+    return np.concatenate([w * np.log(np.maximum(ttft, floor) / matrix.measured_ttft),
+                           w * np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
 
 
 def _fit_times(matrix: TermMatrix, start: Efficiency, factors: Sequence[str]) -> tuple[Efficiency, float]:
     names = list(factors)
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
-    x0 = np.clip(np.array([start.experts if n == "expert_compute" else getattr(start, n) for n in names],
-                          dtype=float), lo, hi)
+    resolved = {"expert_compute": start.experts, "expert_hbm": start.experts_hbm}
+    x0 = np.clip(np.array([resolved.get(n, getattr(start, n)) for n in names], dtype=float), lo, hi)
 
     def make(x: np.ndarray) -> Efficiency:
         return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
@@ -234,7 +245,7 @@ def _fit_times(matrix: TermMatrix, start: Efficiency, factors: Sequence[str]) ->
         x0,
         bounds=(lo, hi),
         loss="soft_l1",
-        f_scale=0.1,
+        f_scale=0.1 * float(matrix.weight.mean()),
         x_scale=np.array([_SCALE[n] for n in names]),
         max_nfev=400,
     )

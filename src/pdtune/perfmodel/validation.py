@@ -41,6 +41,12 @@ METRICS = ("ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu")
 #: vLLM line assumed for rows that record none (or an unparseable one, e.g. a nightly build).
 FALLBACK_VLLM = "0.18.0"
 
+#: Per-GPU memory that is neither weights nor KV cache on a measured server whose start-up log we do not have
+#: (activation peak, non-torch, CUDA graphs, GiB): aiconfigurator's system files budget 3.5 GB of "other"
+#: memory plus 0.39 GB of NCCL buffers for every system; pdtune splits that as 2.5 + 0.5 + 0.65 GiB. The
+#: article's table 3 (a 2.4 T-parameter model) is no guide for these.
+MEASURED_OVERHEADS_GIB = (2.5, 0.5, 0.65)
+
 
 def model_key(name: object) -> str:
     """``openai/gpt-oss-120b`` -> ``gpt-oss-120b``: the last path component, lower case."""
@@ -59,9 +65,16 @@ class Selection:
 
 
 def select_rows(
-    df: pd.DataFrame, model: str, gpu: str, *, gpus: int | None = None, topology: str | None = None
+    df: pd.DataFrame,
+    model: str,
+    gpu: str,
+    *,
+    gpus: int | None = None,
+    topology: str | None = None,
+    backend: str | None = "vllm",
 ) -> Selection:
-    """The rows of ``model`` on ``gpu`` (and ``gpus`` GPUs, ``topology``), and why every other row was left out."""
+    """The rows of ``model`` on ``gpu`` (and ``gpus`` GPUs, ``topology``, served by ``backend`` where the results
+    name one; ``None`` or ``"all"``: any), and why every other row was left out."""
     want = model_key(model)
     keys = df["model"].map(model_key)
     keep = pd.Series(True, index=df.index)
@@ -76,6 +89,10 @@ def select_rows(
         keep = keep & ~mask
 
     drop(keys != want, lambda d: d["model"].map(lambda m: f"another model ({m})"))
+    if backend not in (None, "all") and "backend" in df.columns:
+        served = df["backend"].fillna(backend).astype(str).str.lower()
+        drop(served != backend.lower(),
+             lambda d: d["backend"].map(lambda b: f"served by {b}, not {backend} (pdtune models vLLM)"))
     if "gpu" in df.columns:
         row_gpu = df["gpu"].fillna(gpu).astype(str).str.lower()
         drop(row_gpu != gpu.lower(), lambda d: d["gpu"].map(lambda g: f"another GPU ({g})"))
@@ -175,6 +192,7 @@ def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> 
         vllm=vllm,
         max_num_batched_tokens=base.max_num_batched_tokens,
         max_num_seqs=base.max_num_seqs,
+        overheads_gib=MEASURED_OVERHEADS_GIB,
     )
 
 
