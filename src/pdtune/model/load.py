@@ -61,7 +61,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 
 def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: str = "model") -> ModelSpec:
     cfg = Config(raw, source)
-    model_type = Config(raw, source).str("model_type")  # the outer type names a wrapper
+    outer_type = raw.get("model_type")  # the outer type names a multimodal wrapper
+    model_type = outer_type if isinstance(outer_type, str) else cfg.str("model_type")
     family = family_of(cfg, model_type)
     if family is None:
         raise InputError(source, "model_type",
