@@ -50,28 +50,20 @@ from dataclasses import dataclass, field
 
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
+from pdtune.memory import vllm_default_max_num_batched_tokens
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
 from pdtune.perfmodel.sweeps import Prediction, _check_concurrencies
 from pdtune.state import plan_state
 from pdtune.topology import Topology
-from pdtune.versions import at_least
 
 
 def serving_defaults(vllm: str, gpu: GpuSpec) -> tuple[int, int]:
-    """vLLM's ``max_num_batched_tokens`` and ``max_num_seqs`` for ``vllm serve`` (the OpenAI server).
-
-    ``EngineArgs.get_batch_defaults``: 8192 and 1024 on GPUs of at least 70 GiB (not A100) from 0.11 to 0.27
-    (``engine/arg_utils.py`` of 0.11.0, 0.20.0, 0.24.0); from 0.28, 16384 on GPUs of at least 160 GiB
-    (B200, B300, GB200, GB300) and still 8192 on H100/H200; 2048 and 256 on smaller GPUs.
-    """
-    gib = gpu.memory_total / 2**30
-    if gib >= 160 and at_least(vllm, "0.28.0"):
-        return 16384, 1024
-    if gib >= 70:
-        return 8192, 1024
-    return 2048, 256
+    """vLLM's ``max_num_batched_tokens`` and ``max_num_seqs`` for ``vllm serve`` on ``gpu``
+    (:func:`pdtune.memory.vllm_default_max_num_batched_tokens`; 1024 sequences on the 70 GiB+ tiers, else 256)."""
+    tokens = vllm_default_max_num_batched_tokens(gpu.memory_total, vllm=vllm, device_name=gpu.name)
+    return tokens, 1024 if tokens >= 8192 else 256
 
 
 @dataclass(frozen=True)

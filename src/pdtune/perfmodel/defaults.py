@@ -28,7 +28,7 @@ from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, FACTORS, Efficiency
-from pdtune.perfmodel.fit import Problem, fit_efficiency
+from pdtune.perfmodel.fit import PRIOR, Problem, fit_efficiency
 from pdtune.perfmodel.validation import model_key, select_rows
 
 #: The GPUs whose defaults are fitted on the public vLLM measurements; the others keep the article's.
@@ -114,7 +114,7 @@ def fit_gpu_defaults(
         mine = [(m, p) for (m, g), p in problems.items() if m not in exclude]
     if not mine:
         raise InputError("defaults", "models", f"nothing to fit {gpu}'s defaults on")
-    result = fit_efficiency([p for _, p in mine], start=DEFAULT_EFFICIENCY)
+    result = fit_efficiency([p for _, p in mine], start=PRIOR)
     return result.efficiency, sorted({m for m, _ in mine})
 
 

@@ -48,6 +48,21 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "request_overhead_s": (0.0, 0.3),
     "arrival_clustering": (0.0, 1.0),
 }
+#: How far a fit may wander from where it starts before the data must pay for it: one "sigma" of the prior that
+#: keeps few deployments from moving factors the data cannot tell apart (a per-step and a per-layer overhead, say).
+PRIOR_SIGMA = {"compute": 0.15, "expert_compute": 0.15, "hbm": 0.15, "expert_hbm": 0.2, "link": 0.25,
+               "collective_latency_s": 10e-6, "step_overhead_s": 0.5e-3, "layer_overhead_s": 20e-6,
+               "request_overhead_s": 0.02}
+#: A one-sigma departure costs what a 7 % error on every row of one model x GPU costs.
+PRIOR_WEIGHT = 0.07
+
+#: Where the public-data fits start and what they are pulled towards: physically reasoned round numbers (a third
+#: of the MoE kernels' and most of the dense kernels' peak, NVLink all-reduce latency of ~10 us, a 40 us floor per
+#: layer), not fitted to anything.
+PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, step_overhead_s=0.5e-3,
+                   layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
+                   expert_compute=0.3, expert_hbm=0.7)
+
 _SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1, "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
           "layer_overhead_s": 1e-5, "request_overhead_s": 1e-2}
 
@@ -230,18 +245,26 @@ def _residuals(matrix: TermMatrix, eff: Efficiency) -> np.ndarray:
                            w * np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
 
 
-def _fit_times(matrix: TermMatrix, start: Efficiency, factors: Sequence[str]) -> tuple[Efficiency, float]:
+def _values(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
+    resolved = {"expert_compute": eff.experts, "expert_hbm": eff.experts_hbm}
+    return np.array([resolved.get(n, getattr(eff, n)) for n in names], dtype=float)
+
+
+def _fit_times(
+    matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
+) -> tuple[Efficiency, float]:
     names = list(factors)
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
-    resolved = {"expert_compute": start.experts, "expert_hbm": start.experts_hbm}
-    x0 = np.clip(np.array([resolved.get(n, getattr(start, n)) for n in names], dtype=float), lo, hi)
+    x0 = np.clip(_values(start, names), lo, hi)
+    sigma = np.array([PRIOR_SIGMA[n] for n in names])
+    weight = PRIOR_WEIGHT * math.sqrt(2 * problems)
 
     def make(x: np.ndarray) -> Efficiency:
         return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
 
     result = least_squares(
-        lambda x: _residuals(matrix, make(x)),
+        lambda x: np.concatenate([_residuals(matrix, make(x)), weight * (x - x0) / sigma]),
         x0,
         bounds=(lo, hi),
         loss="soft_l1",
@@ -268,7 +291,8 @@ def fit_efficiency(
             compiled = compile_problems(problems, key)
             if compiled.matrix is None:
                 raise InputError("calibrate", "rows", "no aggregated row could be predicted to fit on")
-            eff, cost = _fit_times(compiled.matrix, replace(start, arrival_clustering=key), factors)
+            eff, cost = _fit_times(compiled.matrix, replace(start, arrival_clustering=key), factors,
+                                   len(problems))
             cache[key] = (eff, cost, compiled)
         return cache[key]
 
