@@ -42,10 +42,11 @@ METRICS = ("ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu")
 FALLBACK_VLLM = "0.18.0"
 
 #: Per-GPU memory that is neither weights nor KV cache on a measured server whose start-up log we do not have
-#: (activation peak, non-torch, CUDA graphs, GiB): aiconfigurator's system files budget 3.5 GB of "other"
-#: memory plus 0.39 GB of NCCL buffers for every system; pdtune splits that as 2.5 + 0.5 + 0.65 GiB. The
-#: article's table 3 (a 2.4 T-parameter model) is no guide for these.
-MEASURED_OVERHEADS_GIB = (2.5, 0.5, 0.65)
+#: (activation peak, non-torch, CUDA graphs, GiB), from llm-d-planner's measured vLLM start-ups on H100
+#: (data/clusters/llm-d-vllm-memory/): the median activation peak of its eight runs, 5.6 GiB; non-torch memory at
+#: TP2, 0.55 GiB; CUDA-graph memory about 0 (its median is -0.4 GiB). The article's table 3 (a 2.4 T-parameter
+#: model on GB300) is no guide for these.
+MEASURED_OVERHEADS_GIB = (5.6, 0.55, 0.0)
 
 
 def model_key(name: object) -> str:
