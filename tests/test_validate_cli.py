@@ -104,3 +104,35 @@ def test_a_calibration_of_another_model_is_refused(capsys: pytest.CaptureFixture
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(cal) in err and ": model:" in err, err
+
+
+def test_dataset_generate_takes_a_calibration_of_its_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"pdtune_calibration": 1, "model": "llama-3.1-70b", "gpu": "gb300",
+                                   "factors": {"compute": 0.4}}))
+    assert main(["dataset", "generate", "--calibration", str(cal)]) == 2  # the committed copy stays the article's
+    assert ": out:" in capsys.readouterr().err
+    assert main(["dataset", "generate", "--calibration", str(cal), "--out", str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err
+    assert str(cal) in err and ": model:" in err and not (tmp_path / "ds").exists()
+
+
+def test_measured_disaggregated_frontier_with_ratios() -> None:
+    # aiconfigurator's vLLM disaggregated Kimi-K2.5 rows on GB200: the measured frontier, each point's prediction
+    # beside it as predicted / measured.
+    from pdtune.gpus import load_gpu
+    from pdtune.model import load_model
+    from pdtune.perfmodel.defaults import default_efficiency
+    from pdtune.perfmodel.validation import measured_frontier, select_rows, validate_rows
+    from pdtune.results import load_results
+
+    sel = select_rows(load_results(SILICON), "kimi-k2.5", "gb200")
+    assert sel.used == 14 and set(sel.rows["mode"]) == {"disagg"}
+    points = validate_rows(sel.rows, load_model("kimi-k2.5"), load_gpu("gb200"), default_efficiency("gb200"))
+    front = measured_frontier(points)
+    assert 0 < len(front) <= 14
+    for _, group in front.groupby(["isl", "osl"]):
+        x, y = group["measured_tps_per_user"].to_numpy(), group["measured_tps_per_gpu"].to_numpy()
+        assert all((x[i] < x[i + 1]) and (y[i] > y[i + 1]) for i in range(len(x) - 1))  # none dominates another
+    assert front["tps_per_gpu_ratio"].to_numpy() == pytest.approx(
+        (front["predicted_tps_per_gpu"] / front["measured_tps_per_gpu"]).to_numpy())

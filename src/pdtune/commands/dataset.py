@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from pdtune.commands._common import emit_json
-from pdtune.dataset import DEFAULT_DATASET, generate_dataset, generated_files
+from pdtune.dataset import DEFAULT_DATASET, DatasetSpec, generate_dataset, generated_files
+from pdtune.errors import InputError
 
 EPILOG = f"""\
 generate   writes the article's prefill, decode and disaggregated sweeps as predicted by pdtune.perfmodel,
@@ -29,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions.required = True
     gen = actions.add_parser("generate", help="write the modeled dataset (srt-slurm layout)")
     gen.add_argument("--out", metavar="DIR", help=f"output folder (default data/clusters/{DEFAULT_DATASET})")
+    gen.add_argument("--calibration", metavar="CAL",
+                     help="predict with a calibration file's factors (from `pdtune calibrate`; needs --out)")
     gen.set_defaults(func=run_generate)
     chk = actions.add_parser(
         "inferencex", help="predicted vs measured for InferenceX's GB200 DeepSeek-R1 points"
@@ -40,7 +43,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    target = generate_dataset(args.out)
+    spec = DatasetSpec()
+    if args.calibration:
+        from dataclasses import replace
+
+        from pdtune.perfmodel.calibrate import load_calibration
+
+        if not args.out:
+            raise InputError("--out", "out", f"--calibration writes a new dataset: give --out (data/clusters/"
+                                             f"{DEFAULT_DATASET} is the article's)")
+        cal = load_calibration(args.calibration, model=spec.model, gpu=spec.gpu)
+        spec = replace(spec, efficiency=cal.efficiency)
+    target = generate_dataset(args.out, spec)
     print(f"wrote {len(generated_files(target))} modeled files to {target}")
     return 0
 

@@ -12,6 +12,7 @@ import pandas as pd
 from pdtune.commands._common import emit_json, positive_int
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec, bundled_gpus, load_gpu
+from pdtune.io import plain
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel.calibrate import Calibration, load_calibration
 from pdtune.perfmodel.calibration import Efficiency
@@ -116,14 +117,6 @@ def mark_fitted(points: pd.DataFrame, rows: pd.DataFrame, calibration: Calibrati
     return out
 
 
-def _clean(value: Any) -> Any:
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def report(
     points: pd.DataFrame,
     selection: Selection,
@@ -134,7 +127,7 @@ def report(
     gpu: str,
 ) -> dict[str, Any]:
     cols = [c for c in points.columns if c != "row"]
-    records = [{k: _clean(v) for k, v in r.items()} for r in points[cols].to_dict("records")]
+    records = [{k: plain(v) for k, v in r.items()} for r in points[cols].to_dict("records")]
     scored = [r for r in records if r["predicted"] and not r["fitted"]]
     return {
         "modeled_vs_measured": True,

@@ -24,7 +24,8 @@ requests are decoding and ``C - B`` are in prefill (queued or running); the requ
 ``C - B`` requests equals the rate out of decode with ``B``. That balance has exactly one solution (one rate
 rises with ``B``, the other falls), found by bisection; decode holds at most its KV room.
 
-Latencies are modeled means: a deterministic model has no spread, so median and p99 equal the mean.
+Latencies are modeled means: a deterministic model has no spread, so median and p99 equal the mean. Every TTFT
+includes the efficiency's ``request_overhead_s`` (the front end's share; 0 in the article's factors).
 """
 
 from __future__ import annotations
@@ -316,7 +317,7 @@ def predict_prefill(
                 concurrency=c,
                 running=svc.running,
                 request_rate=svc.rate,
-                ttft_ms=1000 * ttft,
+                ttft_ms=1000 * (ttft + efficiency.request_overhead_s),
                 tpot_ms=1000 * tpot,
                 roofline_tps=svc.roofline_rate * (isl + osl),
                 kv_capacity=engine.capacity,
@@ -436,7 +437,7 @@ def predict_decode(
                 concurrency=c,
                 running=svc.running,
                 request_rate=svc.rate,
-                ttft_ms=1000 * (wait + cycle),
+                ttft_ms=1000 * (wait + cycle + efficiency.request_overhead_s),
                 tpot_ms=1000 * tpot,
                 roofline_tps=svc.roofline_rate * (isl + osl),
                 kv_capacity=engine.capacity,
@@ -526,7 +527,7 @@ def predict_disagg(
                 concurrency=c,
                 running=b,
                 request_rate=rate,
-                ttft_ms=1000 * ttft,
+                ttft_ms=1000 * (ttft + efficiency.request_overhead_s),
                 tpot_ms=1000 * tpot,
                 roofline_tps=roof * (isl + osl),
                 kv_capacity=decode_cap,

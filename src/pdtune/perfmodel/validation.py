@@ -146,22 +146,20 @@ def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
     except InputError as exc:
         return RowSetup(mode, None, None, None, vllm, "", f"weights: {exc.message}")
     kv = "fp8" if requantized(spec, served) else "auto"
+
+    def setup(topology: Topology | None = None, deployment: Deployment | None = None,
+              reason: str | None = None) -> RowSetup:
+        return RowSetup(mode, served, topology, deployment, vllm, note, reason, kv)
+
     name = _text(row.get("topology"))
-    if mode == "disagg":
-        if name is None or "?" in name:
-            return RowSetup(mode, served, None, None, vllm, note, "the file does not record the worker counts", kv)
-        try:
-            dep = parse_deployment(name, "topology")
-        except InputError as exc:
-            return RowSetup(mode, served, None, None, vllm, note, f"topology: {exc.message}", kv)
-        return RowSetup(mode, served, None, dep, vllm, note, None, kv)
-    if name is None:
-        return RowSetup(mode, served, None, None, vllm, note, "no topology recorded", kv)
+    if name is None or (mode == "disagg" and "?" in name):
+        return setup(reason="the file does not record the worker counts" if name else "no topology recorded")
     try:
-        topo = parse_topology(name, "topology")
+        if mode == "disagg":
+            return setup(deployment=parse_deployment(name, "topology"))
+        return setup(topology=parse_topology(name, "topology"))
     except InputError as exc:
-        return RowSetup(mode, served, None, None, vllm, note, f"topology: {exc.message}", kv)
-    return RowSetup(mode, served, topo, None, vllm, note, None, kv)
+        return setup(reason=f"topology: {exc.message}")
 
 
 def _text(value: Any) -> str | None:
@@ -336,6 +334,31 @@ def _int_or_none(value: Any) -> int | None:
     if value is None or pd.isna(value):
         return None
     return int(value)
+
+
+def measured_frontier(points: pd.DataFrame) -> pd.DataFrame:
+    """The measured Pareto frontier of predicted points (tokens/s per user against tokens/s per GPU, both
+    maximised, per ISL/OSL), each frontier point with its prediction and ``predicted / measured`` ratios.
+
+    ``points`` is :func:`validate_rows`' table (rows without a per-GPU figure or a prediction are left out of the
+    frontier, not of the table they came from).
+    """
+    from pdtune.frontier import pareto_frontier
+
+    usable = points[points["predicted"] & points["measured_tps_per_gpu"].notna()].copy()
+    usable["measured_tps_per_user"] = 1000 / usable["measured_tpot_ms_p50"]
+    usable["predicted_tps_per_user"] = 1000 / usable["predicted_tpot_ms_p50"]
+    frames = []
+    for _, group in usable.groupby(["isl", "osl"], sort=True):
+        front = pareto_frontier(group["measured_tps_per_user"].to_numpy(), group["measured_tps_per_gpu"].to_numpy())
+        frames.append(group.iloc[front])
+    if not frames:
+        return usable.iloc[0:0]
+    out = pd.concat(frames)
+    out["tps_per_user_ratio"] = out["predicted_tps_per_user"] / out["measured_tps_per_user"]
+    out["tps_per_gpu_ratio"] = out["predicted_tps_per_gpu"] / out["measured_tps_per_gpu"]
+    out["ttft_ratio"] = out["predicted_ttft_ms_p50"] / out["measured_ttft_ms_p50"]
+    return out.reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------- summary
