@@ -136,3 +136,19 @@ def test_measured_disaggregated_frontier_with_ratios() -> None:
         assert all((x[i] < x[i + 1]) and (y[i] > y[i + 1]) for i in range(len(x) - 1))  # none dominates another
     assert front["tps_per_gpu_ratio"].to_numpy() == pytest.approx(
         (front["predicted_tps_per_gpu"] / front["measured_tps_per_gpu"]).to_numpy())
+
+
+def test_error_table_by_regime() -> None:
+    import pandas as pd
+
+    from pdtune.perfmodel.validation import error_table
+
+    points = pd.DataFrame({
+        "topology": ["TP1", "TP1", "TP2", "TP2"], "predicted": [True, True, True, False],
+        "ttft_ms_p50_error": [0.1, -0.3, 0.2, float("nan")], "tpot_ms_p50_error": [0.0, 0.1, -0.05, float("nan")],
+        "tps_per_gpu_error": [0.0, 0.0, 0.0, float("nan")],
+    })
+    table = error_table(points, ["topology"]).set_index("topology")
+    assert table.loc["TP1", "ttft_ms_p50_median"] == pytest.approx(20.0)  # median of 10 % and 30 %
+    assert (table.loc["TP2", "rows"], table.loc["TP2", "predicted"]) == (2, 1)
+    assert table.loc["TP2", "tpot_ms_p50_median"] == pytest.approx(5.0)

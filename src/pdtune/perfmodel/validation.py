@@ -371,6 +371,19 @@ def _stats(errors: Iterable[float]) -> tuple[float | None, float | None]:
     return float(np.median(values)), float(np.percentile(values, 90))
 
 
+def error_table(points: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Median and p90 |error| (%) of every metric, per group of ``by`` (e.g. ``["gpu", "topology"]`` or
+    ``["isl", "osl"]``): where the model is wrong, regime by regime. Unpredicted rows are counted, not scored."""
+    rows = []
+    for key, frame in points.groupby(by, sort=True, dropna=False):
+        rec: dict[str, Any] = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        rec["rows"], rec["predicted"] = len(frame), int(frame["predicted"].sum())
+        for metric in METRICS:
+            rec[f"{metric}_median"], rec[f"{metric}_p90"] = _stats(frame.loc[frame["predicted"], f"{metric}_error"])
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
 def error_summary(points: pd.DataFrame) -> dict[str, Any]:
     """``median_abs_pct_error`` and ``p90_abs_pct_error`` per metric, overall and by model x GPU x mode."""
 
