@@ -34,7 +34,7 @@ test-fast: venv
 # Third-party JavaScript (vega bundle from vl-convert-python, MathJax 3 from sphinx-mathjax-offline) is
 # written into book/assets/vendor/ (git-ignored); a no-op when its manifest matches the installed packages.
 assets: venv
-	$(BIN)/python -m pdtune.charts.vendor book/assets/vendor
+	$(BIN)/python -m pdtune.site.vendor book/assets/vendor
 
 # Kernels started by the build must know it is the static book (explorers print a note instead of a widget)
 # and must come from this venv.
@@ -45,9 +45,9 @@ BOOK_CONFIG := _build/_config.executed.yml
 # wiped jupyter-cache (Jupyter Book alone runs them one by one), then Sphinx builds from that cache through
 # a generated copy of _config.yml. A bare `jupyter-book build .` also works: it executes serially (force).
 book: venv assets
-	$(BIN)/python -m pdtune.charts.bookbuild check-toc
+	$(BIN)/python -m pdtune.site.bookbuild check-toc
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache $(BOOK_CONFIG)
-	$(BOOK_ENV) $(BIN)/python -m pdtune.charts.bookexec --cache _build/.jupyter_cache --config-out $(BOOK_CONFIG)
+	$(BOOK_ENV) $(BIN)/python -m pdtune.site.bookexec --cache _build/.jupyter_cache --config-out $(BOOK_CONFIG)
 	$(BOOK_ENV) $(BIN)/jupyter-book build . --config $(BOOK_CONFIG) -W -n --keep-going --all
 	@echo "book: _build/html/index.html"
 

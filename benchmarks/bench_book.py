@@ -1,7 +1,7 @@
 """Clean build time of the book: every chapter executed plus the HTML, as ``make book`` builds it.
 
 Target: at most 60 s on 2 cores. "Clean" means a fresh output folder (no doctrees, a wiped execution cache)
-and ``--all``: the parallel execution step (``pdtune.charts.bookexec``) runs every notebook, then
+and ``--all``: the parallel execution step (``pdtune.site.bookexec``) runs every notebook, then
 ``jupyter-book build -W -n`` writes the HTML; the sum is the number. The vendored JavaScript (``make
 assets``) is a cached dependency and is timed separately. Prints the measurements and the machine's load;
 exits 1 when the build fails or misses the target, 2 when a file listed in ``_toc.yml`` does not exist yet.
@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pdtune.charts.bookbuild import check_toc
-from pdtune.charts.render import STATIC_BUILD_ENV
-from pdtune.charts.vendor import write_vendor
 from pdtune.errors import InputError
 from pdtune.paths import REPO_ROOT
+from pdtune.site.bookbuild import check_toc
+from pdtune.site.render import STATIC_BUILD_ENV
+from pdtune.site.vendor import write_vendor
 
 TARGET_S = 60.0
 BIN = Path(sys.executable).parent
@@ -53,7 +53,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-book-") as tmp:
         out = Path(tmp)
         config = out / "_config.executed.yml"
-        execute = [sys.executable, "-m", "pdtune.charts.bookexec", str(REPO_ROOT)]
+        execute = [sys.executable, "-m", "pdtune.site.bookexec", str(REPO_ROOT)]
         execute += ["--cache", str(out / "_build" / ".jupyter_cache"), "--config-out", str(config)]
         build = [str(BIN / "jupyter-book"), "build", str(REPO_ROOT), "--config", str(config)]
         build += ["--path-output", str(out), "-W", "-n", "--keep-going", "--all"]

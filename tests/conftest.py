@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdtune.charts.bookbuild import resolve_entry, toc_entries
-from pdtune.charts.render import STATIC_BUILD_ENV
-from pdtune.charts.vendor import VENDOR_DIR, write_vendor
+from pdtune.site.bookbuild import resolve_entry, toc_entries
+from pdtune.site.render import STATIC_BUILD_ENV
+from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -42,7 +42,7 @@ def build_book(source: Path, output: Path) -> Path:
     """Build as ``make book`` does (parallel execution, then ``jupyter-book build -W -n --keep-going --all``);
     return the HTML folder, or fail with the log."""
     config = output / "_config.executed.yml"
-    execute = [str(sys.executable), "-m", "pdtune.charts.bookexec", str(source)]
+    execute = [str(sys.executable), "-m", "pdtune.site.bookexec", str(source)]
     execute += ["--cache", str(output / "_build" / ".jupyter_cache"), "--config-out", str(config)]
     build = [str(BIN / "jupyter-book"), "build", str(source), "--config", str(config)]
     build += ["--path-output", str(output), "-W", "-n", "--keep-going", "--all"]

@@ -121,14 +121,14 @@ def test_groups_beyond_the_nvlink_domain_pay_the_network() -> None:
     # TEP16 on two 8-GPU HGX H200 boards: every all-reduce leaves the node (network bandwidth and latency), so one
     # user decodes slower than on TEP8, although each GPU reads half the weights.
     from pdtune.perfmodel import predict_decode
-    from pdtune.perfmodel.network import collective_cost
+    from pdtune.perfmodel.network import collective_cost, scale_out_latency
 
     spec, gpu = load_model("deepseek-v3"), load_gpu("h200")
     [tep8] = predict_decode(spec, gpu, parse_topology("TEP8"), [1], isl=1024, osl=1024)
     [tep16] = predict_decode(spec, gpu, parse_topology("TEP16"), [1], isl=1024, osl=1024)
     assert tep16.tpot_ms > tep8.tpot_ms
     inside, across = collective_cost(gpu, 8, 1e6, 2, EFF), collective_cost(gpu, 16, 1e6, 2, EFF)
-    assert inside.network_latency_s == 0 and across.network_latency_s == pytest.approx(2 * gpu.network_latency)
+    assert inside.network_latency_s == 0 and across.network_latency_s == pytest.approx(2 * scale_out_latency("h200"))
     assert across.transfer_s == pytest.approx(1e6 / (50e9 * 0.8)) and inside.transfer_s == pytest.approx(
         1e6 / (450e9 * 0.8))
-    assert math.isclose(across.seconds, across.transfer_s + 2 * 10e-6 + 2 * gpu.network_latency)
+    assert math.isclose(across.seconds, across.transfer_s + 2 * 10e-6 + 2 * scale_out_latency("h200"))

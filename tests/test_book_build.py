@@ -16,8 +16,8 @@ import yaml
 from bs4 import BeautifulSoup
 
 from conftest import BIN, ROOT, book_env, toc_chapters, write_mini_book
-from pdtune.charts import bookbuild, bookexec, vendor
 from pdtune.errors import InputError
+from pdtune.site import bookbuild, bookexec, vendor
 
 EXPECTED_TOC = [
     "book/index.md",
@@ -144,7 +144,7 @@ def test_config_serves_mathjax_and_vega_from_the_vendor_folder(config: dict) -> 
 
 def test_config_loads_nothing_from_the_internet(config: dict) -> None:
     extensions = config["sphinx"]["config"]["extensions"]
-    assert "sphinx_thebe" not in extensions and "pdtune.charts.bookbuild" in extensions
+    assert "sphinx_thebe" not in extensions and "pdtune.site.bookbuild" in extensions
     launch = config["launch_buttons"]
     assert not any(launch.get(k) for k in ("binderhub_url", "jupyterhub_url", "thebe", "colab_url"))
     assert "http" not in json.dumps(config["sphinx"]["config"])
@@ -276,7 +276,7 @@ def test_execute_step_fails_naming_the_notebook_that_raised(tmp_path: Path) -> N
     page.write_text(page.read_text(encoding="utf-8").replace(
         'show(line, "fixture-line")', 'raise ValueError("fixture failure")'
     ), encoding="utf-8")
-    cmd = [sys.executable, "-m", "pdtune.charts.bookexec", str(source), "--cache", str(tmp_path / "cache")]
+    cmd = [sys.executable, "-m", "pdtune.site.bookexec", str(source), "--cache", str(tmp_path / "cache")]
     cmd += ["--config-out", str(tmp_path / "cfg.yml")]
     done = subprocess.run(cmd, env=book_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1

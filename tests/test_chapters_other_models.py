@@ -25,9 +25,9 @@ import papermill
 import pytest
 from myst_nb.core.variables import format_plain_text
 
-from pdtune.charts.render import STATIC_BUILD_ENV
 from pdtune.model import bundled_models
 from pdtune.scenario import Scenario
+from pdtune.site.render import STATIC_BUILD_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

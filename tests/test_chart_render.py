@@ -1,4 +1,4 @@
-"""The offline chart renderer and the shared chart style (pdtune.charts.render, pdtune.charts.style)."""
+"""The offline chart renderer and the shared chart style (pdtune.site.render, pdtune.charts.style)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pdtune.charts  # noqa: F401 - importing the package enables the renderer and the theme
-from pdtune.charts import render, style, vendor
-from pdtune.charts.render import STATIC_BUILD_ENV
+from pdtune.charts import style
+from pdtune.site import render, vendor
+from pdtune.site.render import STATIC_BUILD_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pdtune.charts  # noqa: F401  (registers the theme the book uses)
-from pdtune import article, tables
+from pdtune import article
+from pdtune.capacity import scenario_waterfall, topology_capacity
+from pdtune.chapters import concurrency as ch4, graphs as ch3, memory as ch2, state as ch1
 from pdtune.charts.concurrency import requests_chart, topology_capacity_chart
 from pdtune.charts.graphs import activation_peak_chart, graph_memory_chart
 from pdtune.charts.memory import PROSE_TOGGLE, SLIDER, kv_left_gib, waterfall_chart
@@ -83,29 +85,29 @@ def _data_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _charts() -> dict[str, Any]:
-    by_version = tables.version_plans(QWEN, max_model_len=LEN, kv_cache_dtype="fp8", vllm="0.26.1",
+    by_version = ch1.version_plans(QWEN, max_model_len=LEN, kv_cache_dtype="fp8", vllm="0.26.1",
                                       num_speculative_tokens=3)
-    capacity = tables.topology_capacity(
+    capacity = topology_capacity(
         QWEN, ["TP2DP4+EP", "TP4DP8+EP", "TEP8", "TEP16", "TP4DP4+EP"], gpu_memory_gib=276.62,
         gpu_memory_utilization=0.92, non_torch_gib=2.90, activation_peak_gib=1.83, cudagraph_estimate_gib=8.29,
         max_model_len=LEN, kv_cache_dtype="fp8", vllm="0.26.1", num_speculative_tokens=3)
     return {
-        "state": state_breakdown_chart(tables.state_breakdowns(by_version)),
+        "state": state_breakdown_chart(ch1.state_breakdowns(by_version)),
         "waterfall": waterfall_chart(_waterfall_frame(), measured="article table 3, run 7", modeled="weights"),
-        "activation": activation_peak_chart(tables.table1_checked()),
-        "graphs": graph_memory_chart(tables.table2_bounds()),
-        "requests": requests_chart(tables.requests_comparison()),
+        "activation": activation_peak_chart(ch3.table1_checked()),
+        "graphs": graph_memory_chart(ch3.table2_bounds()),
+        "requests": requests_chart(ch4.requests_comparison()),
         "topologies": topology_capacity_chart(capacity, model=QWEN.name),
     }
 
 
 def _waterfall_frame():
-    modeled = tables.scenario_waterfall(
+    modeled = scenario_waterfall(
         QWEN, topology="TP4DP4+EP", gpu_memory_gib=276.62, gpu_memory_utilization=0.92, non_torch_gib=2.90,
         activation_peak_gib=1.83, cudagraph_estimate_gib=8.29, mtp=False, vllm="0.26.1")
-    ws = {"run 7": tables.article_waterfall(7), "modeled": modeled}
+    ws = {"run 7": article.article_waterfall(7), "modeled": modeled}
     per = {"run 7": article.article_plan().bytes_per_request, "modeled": article.article_plan().bytes_per_request}
-    return tables.waterfall_frame(ws, accounting=Accounting.ARTICLE_PROSE, bytes_per_request=per)
+    return ch2.waterfall_frame(ws, accounting=Accounting.ARTICLE_PROSE, bytes_per_request=per)
 
 
 CHARTS = _charts()
@@ -176,7 +178,7 @@ def test_slider_parameter_is_bound_to_a_range_input() -> None:
 
 def test_waterfall_at_the_default_matches_table_3() -> None:
     svg = _svg(_spec(CHARTS["waterfall"]))
-    run7 = tables.article_waterfall(7).kv_cache() / GiB
+    run7 = article.article_waterfall(7).kv_cache() / GiB
     assert round(run7, 2) in set(_kv_labels(svg))
     assert kv_left_gib(_waterfall_frame(), "run 7") == pytest.approx(run7)
 
@@ -186,14 +188,14 @@ def test_waterfall_at_the_default_matches_table_3() -> None:
 def test_slider_moves_the_kv_cache_exactly_as_the_waterfall_does(u: float) -> None:
     """The Vega expression and pdtune.memory agree for any utilization on the slider."""
     svg = _svg(_with_params(_spec(CHARTS["waterfall"]), **{SLIDER: u}))
-    expected = tables.article_waterfall(7, utilization=u).kv_cache() / GiB
+    expected = article.article_waterfall(7, utilization=u).kv_cache() / GiB
     # labels print two decimals; the chart computes in GiB, pdtune in bytes
     assert any(abs(v - expected) <= 0.006 for v in _kv_labels(svg))
 
 
 def test_prose_toggle_subtracts_the_cuda_context_again() -> None:
     svg = _svg(_with_params(_spec(CHARTS["waterfall"]), **{PROSE_TOGGLE: True}))
-    prose = tables.article_waterfall(7).kv_cache(Accounting.ARTICLE_PROSE) / GiB
+    prose = article.article_waterfall(7).kv_cache(Accounting.ARTICLE_PROSE) / GiB
     assert any(abs(v - prose) <= 0.01 for v in _kv_labels(svg))
     assert "CUDA context" in svg
 

@@ -17,12 +17,14 @@ import pytest
 import vl_convert as vlc
 
 import pdtune.charts  # noqa: F401  (the book's theme)
-from pdtune import isolation
+from pdtune.capacity import kv_room
+from pdtune.chapters import decode as ch6, frontier as ch7, prefill as ch5
 from pdtune.charts.frontier import SLIDER, curves_chart, predicted_chart, sla_chart
 from pdtune.charts.sweeps import LEGEND_NAME, kv_room_chart, margin_chart, note_chart, sweep_chart
 from pdtune.frontier import sla_pick
 from pdtune.model import load_model
 from pdtune.scenario import Scenario
+from pdtune.sweep import load_sweep
 
 S = Scenario()
 MAX_WIDTH = 680  # the book's text column, with vega-embed's action button beside the chart
@@ -30,28 +32,28 @@ MAX_WIDTH = 680  # the book's text column, with vega-embed's action button besid
 
 @pytest.fixture(scope="module")
 def data() -> dict[str, Any]:
-    prefill = isolation.load_sweep("prefill", S.prefill_results, topologies=S.prefill_topologies)
-    decode = isolation.load_sweep("decode", S.decode_results, topologies=S.decode_topologies)
-    disagg = isolation.load_sweep("disagg", S.disagg_results, canonical=True)
-    room = isolation.kv_room(
+    prefill = load_sweep("prefill", S.prefill_results, topologies=S.prefill_topologies)
+    decode = load_sweep("decode", S.decode_results, topologies=S.decode_topologies)
+    disagg = load_sweep("disagg", S.disagg_results, canonical=True)
+    room = kv_room(
         decode, load_model(S.model), gpu_memory_gib=S.gpu_memory_gib, gpu_memory_utilization=S.gpu_memory_utilization,
         non_torch_gib=S.non_torch_gib, activation_peak_gib=S.activation_peak_gib,
         cudagraph_estimate_gib=S.cudagraph_estimate_gib, kv_cache_dtype=S.kv_cache_dtype, vllm=S.vllm,
         num_speculative_tokens=S.num_speculative_tokens, isl=S.isl, osl=S.osl)
-    env = isolation.envelope(disagg.frame)
+    env = ch7.envelope(disagg.frame)
     return {"prefill": prefill, "decode": decode, "disagg": disagg, "room": room, "env": env,
-            "pred": isolation.predict(prefill, decode, disagg.frame, osl=S.osl, isl=S.isl, room=room),
-            "real": isolation.inferencex_points()}
+            "pred": ch7.predict(prefill, decode, disagg.frame, osl=S.osl, isl=S.isl, room=room),
+            "real": ch7.inferencex_points()}
 
 
 def _charts(d: dict[str, Any]) -> dict[str, Any]:
-    best_p, best_d = isolation.best_table(d["prefill"]), isolation.best_table(d["decode"])
+    best_p, best_d = ch5.best_table(d["prefill"]), ch5.best_table(d["decode"])
     real = d["real"]
     return {
         "prefill": sweep_chart(d["prefill"], best_p),
         "margins": margin_chart(best_p, d["prefill"]),
         "decode": sweep_chart(d["decode"], best_d, log_y=True),
-        "room": kv_room_chart(d["decode"], d["room"], isolation.winners(best_d)),
+        "room": kv_room_chart(d["decode"], d["room"], ch6.winners(best_d)),
         "curves": curves_chart(d["disagg"].frame, d["env"]),
         "sla": sla_chart(d["disagg"].frame, d["env"], min_tps_per_user=50.0),
         "predicted": predicted_chart(d["pred"], d["disagg"].frame),
@@ -144,7 +146,7 @@ def test_the_envelope_is_drawn_as_a_staircase(specs: dict[str, dict[str, Any]], 
 
 def test_the_rings_mark_the_winners(specs: dict[str, dict[str, Any]], data: dict[str, Any]) -> None:
     rings = next(pd.DataFrame(rows) for rows in specs["prefill"]["datasets"].values() if rows and "ring" in rows[0])
-    best = isolation.best_table(data["prefill"])
+    best = ch5.best_table(data["prefill"])
     assert list(rings["deployment"]) == list(best["best"])
 
 
@@ -178,15 +180,15 @@ def test_the_slider_starts_at_the_parameter(specs) -> None:
 
 
 def test_empty_sweeps_draw_a_note() -> None:
-    empty = isolation.load_sweep("decode", [])
-    room = isolation.kv_room(empty, load_model(S.model), gpu_memory_gib=1.0, gpu_memory_utilization=0.9,
+    empty = load_sweep("decode", [])
+    room = kv_room(empty, load_model(S.model), gpu_memory_gib=1.0, gpu_memory_utilization=0.9,
                              non_torch_gib=0.0, activation_peak_gib=0.0, cudagraph_estimate_gib=0.0,
                              kv_cache_dtype="fp8", vllm="0.26.1", num_speculative_tokens=0, isl=1, osl=2)
     expected = {
-        "decode_results": [sweep_chart(empty), margin_chart(isolation.best_table(empty), empty),
+        "decode_results": [sweep_chart(empty), margin_chart(ch5.best_table(empty), empty),
                            kv_room_chart(empty, room), note_chart(empty.note)],
         "No disaggregated sweep": [curves_chart(empty.frame), sla_chart(empty.frame, empty.frame, min_tps_per_user=5)],
-        "rate matching": [predicted_chart(isolation.predict(empty, empty, empty.frame, osl=2), empty.frame)],
+        "rate matching": [predicted_chart(ch7.predict(empty, empty, empty.frame, osl=2), empty.frame)],
     }
     for words, charts in expected.items():
         for chart in charts:

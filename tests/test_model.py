@@ -158,3 +158,34 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(InputError):
         load_model(binary)
+
+
+# ------------------------------------------------------------------------------------ families added by issue 11
+
+
+@pytest.mark.parametrize(("model", "kinds", "params"), [
+    # Mistral-7B: embed + lm_head 2 x 32000 x 4096 = 262,144,000; per layer q, o 2 x 4096^2 + k, v 2 x 4096 x 1024
+    # + MLP 3 x 4096 x 14336 + 2 norms x 4096 = 218,112,000, x 32 = 6,979,584,000; + final norm 4096
+    # = 7,241,732,096 (the published count).
+    ("mistral-7b-v0.1", "32 sliding_attention", 7_241_732_096),
+    # Mixtral: the same attention, 8 experts x 3 x 4096 x 14336 per layer + router 4096 x 8: 46,702,792,704.
+    ("mixtral-8x7b", "32 full_attention", 46_702_792_704),
+    ("llama-3.1-8b", "32 full_attention", 8_030_261_248),      # untied 128256 x 4096 head: 8.03 B
+    ("qwen3-14b", "40 full_attention", 14_768_307_200),        # Qwen's 14.8 B
+    ("jamba-1.5-mini", "4 full_attention, 28 mamba1", 51_570_323_328),  # AI21's 52 B (12 B active)
+])
+def test_new_families_layers_and_parameters(model: str, kinds: str, params: int) -> None:
+    spec = load_model(model)
+    assert spec.kinds_summary() == kinds
+    assert count_parameters(spec).main.total == params
+
+
+@pytest.mark.parametrize(("model", "model_type", "text_type"), [
+    ("kimi-k2.5", "kimi_k25", "kimi_k2"),
+    ("qwen3-vl-32b", "qwen3_vl", "qwen3_vl_text"),
+    ("qwen3-vl-235b-a22b", "qwen3_vl_moe", "qwen3_vl_moe_text"),
+    ("llama-4-scout-17b-16e", "llama4", "llama4_text"),
+])
+def test_multimodal_wrappers_read_their_text_model(model: str, model_type: str, text_type: str) -> None:
+    spec = load_model(model)
+    assert (spec.model_type, spec.text_model_type) == (model_type, text_type)

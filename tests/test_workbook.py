@@ -20,7 +20,6 @@ from pdtune.cli import main
 from pdtune.dataset import generated_files
 from pdtune.paths import REPO_ROOT
 from pdtune.scenario import Scenario
-from pdtune.summary import key_numbers
 from pdtune.workbook import (
     Chapter,
     ChapterResult,
@@ -30,6 +29,7 @@ from pdtune.workbook import (
     read_chapter,
     read_parameters_cell,
 )
+from pdtune.workbook.summary import key_numbers
 from test_book_build import remote_assets
 
 PARAMS_DIR = REPO_ROOT / "data" / "params"

@@ -1,20 +1,25 @@
 """The article's tables, read from ``data/article/`` and recomputed side by side with pdtune's numbers.
 
 Chapters 1-4 print these frames; the tests pin them. Columns named ``published_*`` come from the article,
-everything else is computed here.
+everything else is computed here. Also the article's choices other chapters start from: a run of table 3
+as a waterfall (:func:`article_waterfall`), the MTP draft tokens of its runs, and its decode layout
+(:func:`reference_topology` picks it when a scenario lists it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import pandas as pd
 
+from pdtune.errors import InputError
 from pdtune.memory import Accounting, Waterfall, cudagraph_plan, weights_per_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.paths import article_dir
 from pdtune.state import StatePlan, plan_state
+from pdtune.topology import parse_topology
 from pdtune.units import GiB, MiB, from_gib
 
 MODEL = "qwen3.8-2.4t"
@@ -143,3 +148,32 @@ def weights_recomputed() -> pd.DataFrame:
             "residual_gib": row["weights_gib"] - ours,
         })
     return pd.DataFrame(rows)
+
+
+def article_waterfall(run: int, *, utilization: float | None = None) -> Waterfall:
+    """Table 3's ``run`` as a :class:`Waterfall` starting from the box (279, read as the article reads it)."""
+    t3 = table(3)
+    rows = t3[t3["run"] == run]
+    if rows.empty:
+        raise InputError("data/article/table3_memory_per_engine.csv", "run", f"no run {run}")
+    return waterfall_of(rows.iloc[0], utilization=utilization)
+
+
+def article_speculative_tokens() -> int:
+    """The MTP draft tokens of the article's MTP runs (table 1)."""
+    return int(table(1)["num_speculative_tokens"].max())
+
+
+#: The decode layout the article picks for high concurrency (table 3 runs 5-8).
+ARTICLE_DECODE_TOPOLOGY = "TP4DP4+EP"
+
+
+def reference_topology(topologies: Sequence[str]) -> str:
+    """The layout a chapter draws in detail: the article's TP4DP4+EP when listed, else the first listed."""
+    if not topologies:
+        raise InputError("decode_topologies", "decode_topologies", "the list is empty")
+    wanted = parse_topology(ARTICLE_DECODE_TOPOLOGY)
+    for name in topologies:
+        if parse_topology(name, "decode_topologies") == wanted:
+            return name
+    return topologies[0]

@@ -24,12 +24,13 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pdtune import __version__
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
+from pdtune.io import read_mapping, staging_dir
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
@@ -124,6 +125,10 @@ class DatasetSpec:
     # model nobody measured (the files then carry no accuracy and the accuracy gate lists them as unmeasured).
     accuracy: float | None = ARTICLE_ACCURACY
     accuracy_note: str = "GSM8K as the article reports it for every PD configuration; not modeled"
+    # The three workloads (ISL, OSL): the article's by default.
+    prefill_workload: tuple[int, int] = (PREFILL_ISL, PREFILL_OSL)
+    decode_workload: tuple[int, int] = (DECODE_ISL, DECODE_OSL)
+    disagg_workload: tuple[int, int] = (DISAGG_ISL, DISAGG_OSL)
 
 
 @dataclass(frozen=True)
@@ -216,7 +221,8 @@ def _jobs(spec: DatasetSpec) -> list[_Job]:
     for name in spec.prefill_topologies:
         topo = parse_topology(name)
         n += 1
-        preds = predict_prefill(model, gpu, topo, grid, efficiency=spec.efficiency)
+        isl, osl = spec.prefill_workload
+        preds = predict_prefill(model, gpu, topo, grid, isl=isl, osl=osl, efficiency=spec.efficiency)
         jobs.append(
             _Job(
                 "prefill",
@@ -231,8 +237,10 @@ def _jobs(spec: DatasetSpec) -> list[_Job]:
         topo = parse_topology(name)
         for mtp in (0, spec.mtp_tokens):
             n += 1
+            isl, osl = spec.decode_workload
             preds = predict_decode(
-                model, gpu, topo, grid, mtp_tokens=mtp, acceptance=spec.acceptance, efficiency=spec.efficiency
+                model, gpu, topo, grid, isl=isl, osl=osl, mtp_tokens=mtp, acceptance=spec.acceptance,
+                efficiency=spec.efficiency,
             )
             label = f"decode-only {topo.name}" + (f" MTP{mtp}" if mtp else "")
             jobs.append(
@@ -249,8 +257,10 @@ def _jobs(spec: DatasetSpec) -> list[_Job]:
         dep = parse_deployment(name)
         n += 1
         k = spec.mtp_tokens if mtp else 0
+        isl, osl = spec.disagg_workload
         preds = predict_disagg(
-            model, gpu, dep, grid, mtp_tokens=k, acceptance=spec.acceptance, efficiency=spec.efficiency
+            model, gpu, dep, grid, isl=isl, osl=osl, mtp_tokens=k, acceptance=spec.acceptance,
+            efficiency=spec.efficiency,
         )
         label = f"disaggregated {dep.label}" + (f" MTP{k}" if k else "")
         jobs.append(
@@ -320,9 +330,9 @@ def manifest(spec: DatasetSpec) -> dict[str, object]:
         "model": spec.model,
         "gpu": spec.gpu,
         "workloads": {
-            "prefill": {"isl": PREFILL_ISL, "osl": PREFILL_OSL},
-            "decode": {"isl": DECODE_ISL, "osl": DECODE_OSL},
-            "disagg": {"isl": DISAGG_ISL, "osl": DISAGG_OSL},
+            "prefill": {"isl": spec.prefill_workload[0], "osl": spec.prefill_workload[1]},
+            "decode": {"isl": spec.decode_workload[0], "osl": spec.decode_workload[1]},
+            "disagg": {"isl": spec.disagg_workload[0], "osl": spec.disagg_workload[1]},
         },
         "concurrencies": list(spec.grid),
         "prefill_topologies": list(spec.prefill_topologies),
@@ -368,13 +378,7 @@ def generate_dataset(out: str | os.PathLike[str] | None = None, spec: DatasetSpe
     """
     spec = spec or DatasetSpec()
     target = Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET
-    if target.exists() and not target.is_dir():
-        raise InputError(target, "--out", "exists and is not a folder")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-    except OSError as exc:
-        raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
+    staging = staging_dir(target)
     trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
     try:
         write_tree(staging, spec)
@@ -412,3 +416,116 @@ def generated_files(root: str | os.PathLike[str]) -> list[Path]:
         elif entry.is_dir():
             out += sorted(p.relative_to(base) for p in entry.rglob("*") if p.is_file())
     return sorted(out)
+
+
+# ------------------------------------------------------------------------------------------ parameters files
+
+#: Keys a dataset parameters file may hold (``pdtune dataset generate --params``).
+PARAMS_KEYS = ("model", "gpu", "concurrencies", "prefill_topologies", "decode_topologies", "disagg_configs",
+               "mtp_tokens", "acceptance", "accuracy", "accuracy_note", "num_prompts_per_concurrency",
+               "prefill_workload", "decode_workload", "disagg_workload")
+
+
+def spec_from_params(params: dict[str, object], source: str = "PARAMS.yaml") -> DatasetSpec:
+    """A :class:`DatasetSpec` from a parameters mapping (see ``PARAMS_KEYS``); missing keys keep the defaults
+    except ``accuracy``, which is None (not measured) unless given.
+
+    ``disagg_configs`` entries are ``"1xTP2:1xTEP8"``, ``"1xTP2:1xTEP8+MTP"`` (decode with MTP) or
+    ``{deployment: ..., mtp: true}``; workloads are ``{isl: N, osl: N}``.
+    """
+    unknown = sorted(set(params) - set(PARAMS_KEYS))
+    if unknown:
+        raise InputError(source, unknown[0], f"unknown key; known: {', '.join(PARAMS_KEYS)}")
+    changes: dict[str, object] = {"accuracy": None}
+    for key in ("model", "gpu", "accuracy_note"):
+        if key in params:
+            changes[key] = _text_param(params[key], source, key)
+    if "concurrencies" in params:
+        changes["grid"] = tuple(_whole_list(params["concurrencies"], source, "concurrencies"))
+    for key in ("prefill_topologies", "decode_topologies"):
+        if key in params:
+            names = _text_list(params[key], source, key)
+            for name in names:
+                parse_topology(name, f"{source}: {key}")
+            changes[key] = tuple(names)
+    if "disagg_configs" in params:
+        changes["disagg_configs"] = tuple(_disagg_entry(e, source) for e in _list(params["disagg_configs"],
+                                                                                  source, "disagg_configs"))
+    if "mtp_tokens" in params:
+        changes["mtp_tokens"] = _whole_list([params["mtp_tokens"]], source, "mtp_tokens", minimum=0)[0]
+    for key in ("acceptance", "accuracy"):
+        if key in params and params[key] is not None:
+            value = params[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= float(value) <= 1:
+                raise InputError(source, key, f"expected a fraction in [0, 1], got {value!r}")
+            changes[key] = float(value)
+    if "num_prompts_per_concurrency" in params:
+        changes["num_prompts_per_concurrency"] = _whole_list([params["num_prompts_per_concurrency"]], source,
+                                                             "num_prompts_per_concurrency")[0]
+    for key in ("prefill_workload", "decode_workload", "disagg_workload"):
+        if key in params:
+            changes[key] = _workload(params[key], source, key)
+    spec = replace(DatasetSpec(), **changes)  # type: ignore[arg-type]
+    load_model(spec.model)  # an unknown model or GPU is bad input before anything is written
+    load_gpu(spec.gpu)
+    return spec
+
+
+def load_params(path: str | os.PathLike[str]) -> DatasetSpec:
+    """The :class:`DatasetSpec` of a parameters file."""
+    return spec_from_params(read_params(path), str(path))
+
+
+def read_params(path: str | os.PathLike[str]) -> dict[str, object]:
+    """A parameters file's mapping, unchecked (:func:`spec_from_params` checks it)."""
+    return read_mapping(path, "--params")
+
+
+def _list(value: object, source: str, key: str) -> list[object]:
+    if not isinstance(value, list) or not value:
+        raise InputError(source, key, f"expected a non-empty list, got {value!r}")
+    return value
+
+
+def _text_param(value: object, source: str, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(source, key, f"expected a name, got {value!r}")
+    return value.strip()
+
+
+def _text_list(value: object, source: str, key: str) -> list[str]:
+    return [_text_param(v, source, key) for v in _list(value, source, key)]
+
+
+def _whole_list(value: object, source: str, key: str, *, minimum: int = 1) -> list[int]:
+    out = []
+    for v in _list(value, source, key):
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise InputError(source, key, f"expected whole numbers >= {minimum}, got {v!r}")
+        out.append(v)
+    return out
+
+
+def _disagg_entry(entry: object, source: str) -> tuple[str, bool]:
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - {"deployment", "mtp"})
+        if unknown or "deployment" not in entry:
+            raise InputError(source, "disagg_configs",
+                             f"expected {{deployment: ..., mtp: true|false}}, got {entry!r}")
+        name = _text_param(entry["deployment"], source, "disagg_configs")
+        mtp = entry.get("mtp", False)
+        if not isinstance(mtp, bool):
+            raise InputError(source, "disagg_configs", f"mtp must be true or false, got {mtp!r}")
+    else:
+        name = _text_param(entry, source, "disagg_configs")
+        mtp = name.upper().endswith("+MTP")
+        name = name[: -len("+MTP")] if mtp else name
+    parse_deployment(name, f"{source}: disagg_configs")
+    return name, mtp
+
+
+def _workload(value: object, source: str, key: str) -> tuple[int, int]:
+    if not isinstance(value, dict) or set(value) != {"isl", "osl"}:
+        raise InputError(source, key, f"expected {{isl: N, osl: N}}, got {value!r}")
+    isl, osl = _whole_list([value["isl"], value["osl"]], source, key)
+    return isl, osl

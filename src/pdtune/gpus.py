@@ -35,10 +35,6 @@ _COLUMNS = (
     "gpus_per_node",
 )
 
-#: Fixed cost of one collective step that crosses the scale-out network (NIC, switch and NCCL's proxy), when
-#: the table's optional ``network_latency_us`` column is blank; see data/gpus/README.md.
-DEFAULT_NETWORK_LATENCY_S = 20e-6
-
 
 def gpus_file() -> Path:
     return data_dir() / "gpus" / "gpus.csv"
@@ -59,7 +55,6 @@ class GpuSpec:
     network_bandwidth: float  # bytes/s per GPU per direction beyond the NVLink domain
     gpus_per_node: int = 8  # GPUs one host (a compute tray, an HGX board) holds
     torch_total_known: bool = True
-    network_latency: float = DEFAULT_NETWORK_LATENCY_S  # seconds per collective call beyond the NVLink domain
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak for math in ``dtype``; a format the GPU lacks runs in BF16 (FP4 weights on Hopper go through
@@ -97,7 +92,6 @@ class GpuSpec:
             "nvlink_domain_gpus": self.nvlink_domain,
             "network_gb_s": self.network_bandwidth / 1e9,
             "gpus_per_node": self.gpus_per_node,
-            "network_latency_us": self.network_latency * 1e6,
         }
 
 
@@ -127,7 +121,6 @@ def _table(path: str) -> dict[str, GpuSpec]:
             if value is not None:
                 flops[dtype] = value * 1e12
         torch_total = _number(row["torch_total_gib"], where, "torch_total_gib", optional=True)
-        latency_us = _number(row.get("network_latency_us"), where, "network_latency_us", optional=True)
         capacity = _number(row["memory_gb"], where, "memory_gb")
         assert capacity is not None
         out[name] = GpuSpec(
@@ -143,7 +136,6 @@ def _table(path: str) -> dict[str, GpuSpec]:
             network_bandwidth=_required(row, "network_gb_s", where) * 1e9,
             gpus_per_node=int(_required(row, "gpus_per_node", where)),
             torch_total_known=torch_total is not None,
-            network_latency=DEFAULT_NETWORK_LATENCY_S if latency_us is None else latency_us * 1e-6,
         )
     return out
 

@@ -219,3 +219,15 @@ def parse_deployment(text: str, source: str = "--topology") -> Deployment:
 def is_deployment(text: str) -> bool:
     """Whether ``text`` names an xPyD deployment (it has a ``:``) rather than one engine."""
     return ":" in text
+
+
+def deployment_layout(label: str) -> tuple[Topology, bool] | None:
+    """(layout, MTP) of a single-engine deployment label, or None when it is not a topology name."""
+    text = str(label).strip()
+    mtp = text.upper().endswith("+MTP")
+    if mtp:
+        text = text[: -len("+MTP")]
+    try:
+        return parse_topology(text), mtp
+    except InputError:
+        return None

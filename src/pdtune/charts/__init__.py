@@ -1,7 +1,9 @@
-"""Charts for the book: shared style, the offline renderer, and (in ``<topic>.py`` modules) the builders.
+"""Charts for the book: the shared style, and (in ``<topic>.py`` modules) the chart builders.
 
-Importing this package makes Altair render through :func:`pdtune.charts.render.show`'s offline path and
-applies the book's theme, so even a chart left as a cell's last expression works without a network.
+The renderer lives in :mod:`pdtune.site.render`; this package re-exports :func:`show` and
+:func:`live_explorer` from it so a chapter imports what it draws from one place. Importing the package
+makes Altair render through that offline path and applies the book's theme, so even a chart left as a
+cell's last expression works without a network.
 
     from pdtune.charts import show
     show(chart, "kv-per-request")
@@ -9,7 +11,7 @@ applies the book's theme, so even a chart left as a cell's last expression works
 
 from __future__ import annotations
 
-from pdtune.charts.render import (
+from pdtune.site.render import (
     STATIC_BUILD_ENV,
     chart_html,
     enable_renderer,

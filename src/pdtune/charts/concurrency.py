@@ -18,7 +18,7 @@ from pdtune.charts.style import MEASURED_PREFIX, MODELED_PREFIX, modeled_title, 
 def requests_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.Chart:
     """Grouped bars per run: the article's requests per engine and vLLM's max concurrency on one TP rank.
 
-    ``frame`` is :func:`pdtune.tables.requests_comparison`.
+    ``frame`` is :func:`pdtune.chapters.concurrency.requests_comparison`.
     """
     required = {"run", "run_label", "measure", "requests", "mib_per_request", "provenance"}
     missing = required - set(frame.columns)
@@ -52,7 +52,8 @@ def requests_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.Char
 
 
 def topology_capacity_chart(frame: pd.DataFrame, *, model: str, title: str | None = None) -> alt.Chart:
-    """Requests per GPU for each decode topology, with and without MTP (``pdtune.tables.topology_capacity``)."""
+    """Requests per GPU for each decode topology, with and without MTP
+    (``pdtune.capacity.topology_capacity``)."""
     required = {"topology", "mtp", "requests_per_gpu", "requests_per_engine", "kv_cache_gib", "weights_gib",
                 "engines", "gpus"}
     missing = required - set(frame.columns)
@@ -60,7 +61,7 @@ def topology_capacity_chart(frame: pd.DataFrame, *, model: str, title: str | Non
         raise ValueError(f"topology frame lacks columns: {', '.join(sorted(missing))}")
     data = frame.dropna(subset=["requests_per_gpu"]).assign(
         mtp_label=lambda f: f["mtp"].map({True: "with MTP", False: "without MTP"}),
-        provenance=lambda f: [f"pdtune.tables.topology_capacity, {model} {t}" for t in f["topology"]],
+        provenance=lambda f: [f"pdtune.capacity.topology_capacity, {model} {t}" for t in f["topology"]],
     )
     if title is None and not data.empty:
         best = data.loc[data["requests_per_gpu"].idxmax()]

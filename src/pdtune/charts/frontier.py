@@ -5,7 +5,7 @@ Axes are the frontier's: tokens/s per user (``1000 / TPOT p50``) across, total t
 
 * :func:`curves_chart`: one curve per configuration (a concurrency sweep of one deployment); a click on a
   legend entry isolates it; the upper envelope is drawn as a staircase of labelled points, never a line
-  between two deployments (:func:`pdtune.isolation.envelope_steps`);
+  between two deployments (:func:`pdtune.frontier.envelope_steps`);
 * :func:`sla_chart`: the envelope with a slider on the minimum tokens/s per user; the ring and the label
   show the configuration :func:`pdtune.frontier.sla_pick` would choose for the slider's value, computed in
   the page by the same rule (the envelope point with the most throughput among those at or above the floor);
@@ -21,10 +21,11 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
+from pdtune.chapters.frontier import Prediction
 from pdtune.charts.style import column_title, tooltips
 from pdtune.charts.sweeps import FADED, heading, note_chart, palette, relative_path
-from pdtune.frontier import upper_envelope
-from pdtune.isolation import Prediction, canonical_topologies, envelope_steps, label
+from pdtune.frontier import envelope_steps, upper_envelope
+from pdtune.sweep import canonical_topologies, label
 
 WIDTH = 400
 HEIGHT = 320

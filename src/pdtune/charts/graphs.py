@@ -27,7 +27,7 @@ def _run_labels(frame: pd.DataFrame) -> pd.Series:
 def graph_memory_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.LayerChart:
     """Per run, a line from vLLM's estimate (reserved) to the graphs' actual memory.
 
-    ``frame`` is :func:`pdtune.tables.table2_bounds`. The line is green where the estimate covered the
+    ``frame`` is :func:`pdtune.chapters.graphs.table2_bounds`. The line is green where the estimate covered the
     graphs (the difference is KV cache that was never used) and red where the graphs outgrew it.
     """
     required = {"run", "topology", "mtp", "graphs", "reserved_gib", "actual_gib", "estimate_covers_actual",

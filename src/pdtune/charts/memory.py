@@ -6,7 +6,7 @@ utilization (``total x (1 - u)``); the steps below it shift, and the KV cache ba
 exactly what the reserve gives back. A checkbox subtracts the CUDA context a second time, as the
 article's prose does, to show why its 248 GiB is not what vLLM computes.
 
-The input is :func:`pdtune.tables.waterfall_frame` (one row per bar, in order, per scenario) built with
+The input is :func:`pdtune.chapters.memory.waterfall_frame` (one row per bar, in order, per scenario) built with
 ``Accounting.ARTICLE_PROSE`` so that the CUDA-context row exists for the checkbox to switch on.
 """
 

@@ -1,6 +1,6 @@
 """Chapter 1's chart: what one request pins in the KV cache, by layer kind and state part.
 
-The input is :func:`pdtune.tables.state_breakdowns`: one row per (scenario, part) with bytes and MiB.
+The input is :func:`pdtune.chapters.state.state_breakdowns`: one row per (scenario, part) with bytes and MiB.
 Every part keeps its colour across charts (attention blues, recurrent oranges, padding greys), so the
 version comparison and the TP sweep read the same way.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from pdtune.chapters.state import STATE_PARTS
 from pdtune.charts.style import modeled_title, ratio_title, tooltips
-from pdtune.tables import STATE_PARTS
 
-#: One colour per part of :data:`pdtune.tables.STATE_PARTS`, in the same order.
+#: One colour per part of :data:`pdtune.chapters.state.STATE_PARTS`, in the same order.
 PART_COLORS: tuple[str, ...] = ("#1f77b4", "#9ecae1", "#6a51a3", "#fdae6b", "#e6550d", "#bdbdbd", "#636363")
 
 _HOW = "pdtune.state's reading of vLLM's KV cache planner"
@@ -58,7 +58,7 @@ def state_breakdown_chart(
 ) -> alt.LayerChart:
     """Stacked bars, one per scenario: MiB one request holds, coloured by part.
 
-    ``frame`` comes from :func:`pdtune.tables.state_breakdowns`; ``scope`` says whose bytes these are
+    ``frame`` comes from :func:`pdtune.chapters.state.state_breakdowns`; ``scope`` says whose bytes these are
     (the axis title divides by the request and names the scope).
     """
     required = {"scenario", "scenario_order", "part", "layer_kind", "layers", "pages", "bytes", "mib",

@@ -1,6 +1,6 @@
 """Chapters 5 and 6: isolated prefill and decode sweeps, one curve per topology.
 
-Every chart here reads a :class:`pdtune.isolation.Sweep` and works in the static page: clicking a topology
+Every chart here reads a :class:`pdtune.sweep.Sweep` and works in the static page: clicking a topology
 in the legend isolates it (an Altair point selection bound to the legend; shift-click adds more, a double
 click clears), every point's tooltip names its deployment, concurrency and file, and the y axis says what
 is divided by what. Modeled sweeps say so in the subtitle. An empty sweep (a scenario without that kind of
@@ -24,8 +24,8 @@ from pdtune.charts.style import (
     ratio_title,
     tooltips,
 )
-from pdtune.isolation import Sweep
 from pdtune.paths import REPO_ROOT
+from pdtune.sweep import Sweep
 
 #: Plot area of the curve charts: the legend sits to the right, and both fit the book's column.
 CURVE_WIDTH = 400
@@ -169,7 +169,7 @@ def sweep_chart(
 ) -> alt.TopLevelMixin:
     """Total tokens/s per GPU against concurrency (log scale), one colour per topology, MTP dashed.
 
-    ``best`` (:func:`pdtune.isolation.best_table`) rings the winner at each concurrency. The legend
+    ``best`` (:func:`pdtune.chapters.prefill.best_table`) rings the winner at each concurrency. The legend
     isolates topologies; ``log_y`` spreads a decode sweep's small low-concurrency numbers.
     """
     if not sweep.available:
@@ -237,7 +237,7 @@ def kv_room_chart(
     rule a curve goes flat, because further requests wait for KV cache instead of running.
 
     ``deployments`` limits the chart to a few curves (by default every deployment with a room in the sweep's
-    range); ``room`` is :func:`pdtune.isolation.kv_room`.
+    range); ``room`` is :func:`pdtune.capacity.kv_room`.
     """
     if not sweep.available or len(room) == 0:
         return note_chart(sweep.note or "No KV room to show.", title=f"No {sweep.kind} sweep")
@@ -250,7 +250,7 @@ def kv_room_chart(
     rules = rules[rules["room"] <= hi].assign(
         mtp_label=lambda f: f["mtp"].map({True: "with MTP", False: "without MTP"}),
         rule="KV room: requests its engines hold",
-        source="pdtune.tables.topology_capacity (pdtune.state)",
+        source="pdtune.capacity.topology_capacity (pdtune.state)",
     )
     y = alt.Y("tps_per_gpu:Q", title=SWEEP_Y_TITLE)
     pick = legend_pick()

@@ -1,4 +1,5 @@
-"""Helpers shared by the subcommands: JSON output and typed flag parsers with one-line errors."""
+"""Helpers shared by the subcommands: the flags several commands take, JSON output, and typed flag
+parsers with one-line errors."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import json
 import math
 import sys
 from typing import Any
+
+from pdtune.errors import InputError
+from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
 
 
 def emit_json(obj: Any) -> None:
@@ -75,3 +79,37 @@ def int_list(text: str) -> list[int]:
     if not values or any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive whole numbers, got {text!r}")
     return values
+
+
+def gpu_counts(text: str) -> GpuCounts:
+    """``24`` (aggregated) or ``prefill=8,decode=16``, as :func:`pdtune.results.parse_gpus` reads it."""
+    try:
+        return parse_gpus(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+#: The flags several commands take, spelled once: the name, and what every command agrees on (type,
+#: metavar, a default help). A command passes its own default and help where they differ.
+SHARED_FLAGS: dict[str, dict[str, Any]] = {
+    "model": {"metavar": "MODEL", "help": "bundled model name, folder with config.json, or the file"},
+    "--model": {"help": "config.json, its folder, or a bundled model name"},
+    "--vllm": {"metavar": "VERSION", "help": "vLLM line whose arithmetic to follow"},
+    "--kv-cache-dtype": {"help": "KV cache dtype: auto | fp8 | fp8_e4m3 | bfloat16 | ..."},
+    "--gpu-memory-utilization": {"type": fraction},
+    "--isl": {"type": positive_int, "help": "input tokens per request"},
+    "--osl": {"type": positive_int, "help": "output tokens per request"},
+    "--num-speculative-tokens": {"type": non_negative_int, "default": 0, "metavar": "K"},
+    "--gpus": {"type": gpu_counts, "default": None, "metavar": "N|prefill=P,decode=D",
+               "help": f"GPU counts for results that do not record them (else a {SIDECAR_NAME} next to them)"},
+    "--out": {"metavar": "DIR"},
+    "--json": {"action": "store_true", "help": "machine-readable output"},
+    "--csv": {"action": "store_true", "help": "as CSV"},
+}
+
+
+def shared_flag(parser: argparse.ArgumentParser | argparse._ActionsContainer, name: str,
+                **overrides: Any) -> argparse.Action:
+    """Add the shared flag ``name`` (a key of :data:`SHARED_FLAGS`) to ``parser`` (or to a group of it),
+    with ``overrides`` (``default``, ``help``, ...) for what this command says differently."""
+    return parser.add_argument(name, **{**SHARED_FLAGS[name], **overrides})

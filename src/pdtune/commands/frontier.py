@@ -8,10 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from pdtune.commands._common import emit_json, fraction, non_negative_float
+from pdtune.commands._common import emit_json, fraction, non_negative_float, shared_flag
 from pdtune.frontier import GateResult, SlaPick, accuracy_gate, sla_pick, upper_envelope
 from pdtune.io import plain
-from pdtune.results import add_gpus_argument, gpus_from_args, load_results
+from pdtune.results import load_results
 
 # What each axis divides by, said once for the table header and the JSON.
 TPS_PER_GPU = "total tok/s per GPU (all GPUs)"
@@ -29,19 +29,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="result files or folders")
-    add_gpus_argument(p)
+    shared_flag(p, "--gpus")
     p.add_argument("--min-tps-per-user", type=non_negative_float, metavar="X",
                    help="SLA: the most tok/s per GPU with at least X tok/s per user")
     p.add_argument("--min-tps-per-gpu", type=non_negative_float, metavar="Y",
                    help="SLA: the most tok/s per user with at least Y tok/s per GPU")
     p.add_argument("--accuracy-threshold", type=fraction, metavar="A",
                    help="drop deployments whose accuracy is below A, a fraction (the article: GSM8K 0.95)")
-    p.add_argument("--json", action="store_true")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    results = load_results(args.paths, gpus=gpus_from_args(args))
+    results = load_results(args.paths, gpus=args.gpus)
     gate = accuracy_gate(results, args.accuracy_threshold) if args.accuracy_threshold is not None else None
     kept = gate.kept if gate is not None else results
     envelope = upper_envelope(kept)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int
+from pdtune.commands._common import emit_json, non_negative_float, positive_int, shared_flag
 from pdtune.memory import CUDAGraphMode, cudagraph_estimate, cudagraph_plan
 from pdtune.units import GiB, from_mib
 
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--max-num-seqs", type=positive_int, required=True)
-    p.add_argument("--num-speculative-tokens", type=non_negative_int, default=0, metavar="K")
+    shared_flag(p, "--num-speculative-tokens")
     p.add_argument("--max-capture-size", type=positive_int,
                    help="max-cudagraph-capture-size (default max_num_seqs * (1 + K))")
     p.add_argument("--max-num-batched-tokens", type=positive_int,
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="memory the largest graph took when captured: prints the estimate")
     p.add_argument("--per-graph-mib", type=non_negative_float, default=0.0,
                    help="memory the second-largest graph added (floored at 1 MiB, as vLLM does)")
-    p.add_argument("--json", action="store_true")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 

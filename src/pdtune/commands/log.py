@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pdtune.commands._common import emit_json, fraction, non_negative_float
+from pdtune.commands._common import emit_json, non_negative_float, positive_int, shared_flag
 from pdtune.errors import InputError
 from pdtune.units import GiB, from_gib
 from pdtune.vllm_log import VllmLog, WorkerLog, cross_check, parse_log
@@ -19,17 +19,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Reads vLLM 0.11-0.33 start-up logs; TP ranks and DP engines are kept apart by their (Name pid=N) "
             "prefixes. With --model, pdtune's state module predicts each engine's KV cache tokens and maximum "
-            "concurrency from the available memory the log reports, next to the logged values."
+            "concurrency from the available memory the log reports, next to the logged values, and the token "
+            "range the printed memory's rounding (+-0.005 GiB) allows. Settings the log lacks come from the flags "
+            "below, else vLLM's defaults (listed as assumed). For a development build or a line pdtune does not "
+            "follow, the log's own numbers decide which 'KV cache size' formula it used."
         ),
     )
     p.add_argument("file", metavar="VLLM_LOG")
-    p.add_argument("--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
-    p.add_argument("--vllm", metavar="VERSION", help="vLLM line for the cross-check (default: the log's version)")
+    shared_flag(p, "--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
+    shared_flag(p, "--vllm", help="vLLM line for the cross-check (default: the log's version)")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel size, if the log does not say it")
+    shared_flag(p, "--kv-cache-dtype", help="KV cache dtype, if the log does not say it (vLLM's default: auto)")
+    shared_flag(p, "--num-speculative-tokens", default=None,
+                help="speculative tokens, if the log does not say them")
+    p.add_argument("--max-model-len", type=positive_int, help="max_model_len, if the log does not say it")
+    p.add_argument("--speculative-model", metavar="NAME_OR_CONFIG",
+                   help="the EAGLE/EAGLE3 head or draft model's config: its layers join the KV cache")
+    p.add_argument("--decode-context-parallel-size", type=positive_int, metavar="N",
+                   help="DCP size, if the log does not say it")
     p.add_argument("--total-gib", type=non_negative_float, metavar="G",
                    help="GPU total memory for the waterfall when the log does not print it (before 0.26)")
-    p.add_argument("--gpu-memory-utilization", type=fraction, metavar="U",
+    shared_flag(p, "--gpu-memory-utilization", metavar="U",
                    help="for the waterfall when the log does not say it")
-    p.add_argument("--json", action="store_true")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 
@@ -42,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
             waterfalls[w.name] = log.waterfall(w.name, total=total, gpu_memory_utilization=args.gpu_memory_utilization)
         except InputError as exc:
             waterfalls[w.name] = exc
-    checks = cross_check(log, args.model, vllm=args.vllm) if args.model else []
+    checks = []
+    if args.model:
+        checks = cross_check(log, args.model, vllm=args.vllm, tp=args.tp, kv_cache_dtype=args.kv_cache_dtype,
+                             num_speculative_tokens=args.num_speculative_tokens, max_model_len=args.max_model_len,
+                             speculative_model=args.speculative_model,
+                             decode_context_parallel_size=args.decode_context_parallel_size)
     if args.json:
         emit_json({
             **log.to_dict(),
@@ -65,18 +82,23 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(f"cross-check with {args.model} (predicted from the smallest available memory of each engine's ranks):")
         rows = [("engine", "rank", "avail GiB", "tokens logged", "tokens predicted", "diff",
-                 "max conc. logged", "max conc. predicted")]
+                 "range for avail +-0.005 GiB", "inside", "max conc. logged", "max conc. predicted")]
         for c in checks:
+            inside = {True: "yes", False: "NO", None: ""}[c.tokens_inside]
             rows.append((
                 c.engine, c.worker, f"{c.available_kv_cache / GiB:.2f}",
                 _fmt_int(c.logged_kv_cache_tokens), _fmt_int(c.predicted_kv_cache_tokens),
-                _fmt_int(c.tokens_difference),
+                _fmt_int(c.tokens_difference), f"{c.tokens_range[0]:,}-{c.tokens_range[1]:,}", inside,
                 "" if c.logged_max_concurrency is None else f"{c.logged_max_concurrency:.2f}x",
                 f"{c.predicted_max_concurrency:.2f}x",
             ))
         print(_table(rows))
-        settings = checks[0].settings
+        settings = {**checks[0].settings, **checks[0].settings_extra}
         print("  settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        if checks[0].given:
+            print("  given by flag: " + ", ".join(checks[0].given))
+        for assumed in checks[0].assumed:
+            print(f"  assumed: {assumed}")
         for c in checks:
             for note in c.notes:
                 print(f"  {c.engine}: {note}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdtune.commands._common import emit_json, fraction, non_negative_float
+from pdtune.commands._common import emit_json, non_negative_float, shared_flag
 from pdtune.errors import InputError
 from pdtune.memory import Accounting, Waterfall
 from pdtune.units import GiB, MiB, from_gib, from_mib
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--total-gib", type=non_negative_float, required=True, help="device memory torch sees (GB300: 276.62)")
-    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92, help="default 0.92 (vLLM 0.20+)")
+    shared_flag(p, "--gpu-memory-utilization", default=0.92, help="default 0.92 (vLLM 0.20+)")
     p.add_argument("--weights-gib", type=non_negative_float, required=True, help='"Model loading took ... GiB"')
     p.add_argument("--non-torch-gib", type=non_negative_float, default=0.0)
     p.add_argument("--activation-gib", type=non_negative_float, default=0.0, help="torch activation peak")
@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-request-mib", type=non_negative_float,
                    help="state one request needs (pdtune state ... --json: mib_per_request)")
     p.add_argument("--accounting", choices=[a.value for a in Accounting], default=Accounting.VLLM.value)
-    p.add_argument("--vllm", default="0.26", metavar="VERSION", help="rounding of requested memory (default 0.26)")
-    p.add_argument("--json", action="store_true")
+    shared_flag(p, "--vllm", default="0.26", help="rounding of requested memory (default 0.26)")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 

@@ -6,11 +6,11 @@ import argparse
 
 from pdtune.commands._common import (
     emit_json,
-    fraction,
     int_list,
     non_negative_float,
     non_negative_int,
     positive_int,
+    shared_flag,
 )
 from pdtune.errors import InputError
 from pdtune.gpus import bundled_gpus, load_gpu
@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", metavar="MODEL", help="bundled model name, folder with config.json, or the file")
+    shared_flag(p, "model")
     p.add_argument(
         "--gpu", default="gb300", help=f"bundled GPU (default gb300; known: {', '.join(bundled_gpus())})"
     )
@@ -83,10 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="C1,C2,...",
         help="concurrencies to predict (default 1,8,64,512)",
     )
-    p.add_argument(
-        "--isl", type=positive_int, help="input tokens per request (default: the mode's article workload)"
-    )
-    p.add_argument("--osl", type=positive_int, help="output tokens per request")
+    shared_flag(p, "--isl", help="input tokens per request (default: the mode's article workload)")
+    shared_flag(p, "--osl")
     p.add_argument(
         "--mtp",
         type=non_negative_int,
@@ -107,14 +105,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="G",
         help="device memory torch reports, in GiB (default: the GPU table's)",
     )
-    p.add_argument("--gpu-memory-utilization", type=fraction, help="default 0.92 (the article's); agg: 0.9")
-    p.add_argument("--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
-    p.add_argument(
-        "--vllm",
-        default="0.26.1",
-        metavar="VERSION",
-        help="vLLM line whose state accounting and serving defaults apply (default 0.26.1, the article's)",
-    )
+    shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: 0.9")
+    shared_flag(p, "--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
+    shared_flag(p, "--vllm", default="0.26.1",
+                help="vLLM line whose state accounting and serving defaults apply (default 0.26.1, the article's)")
     p.add_argument(
         "--max-num-batched-tokens", type=positive_int,
         help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",
@@ -126,7 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serve the weights as FMT (bf16, fp8, fp8-block, nvfp4, mxfp4, int4-w4a16), or "
                         "dense=FMT,experts=FMT (default: the checkpoint's quantization_config)")
     p.add_argument("--calibration", metavar="CAL", help="factors from `pdtune calibrate` (default: the GPU's)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 

@@ -9,8 +9,9 @@ import sys
 
 import pandas as pd
 
+from pdtune.commands._common import shared_flag
 from pdtune.io import atomic_write_text
-from pdtune.results import SIDECAR_NAME, TIDY_COLUMNS, add_gpus_argument, gpus_from_args, load_results
+from pdtune.results import SIDECAR_NAME, TIDY_COLUMNS, load_results
 from pdtune.results.schema import EXTRA_COLUMNS
 
 #: What the plain-text view shows; --csv and --json carry every column.
@@ -31,17 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="result files or folders")
-    add_gpus_argument(p)
+    shared_flag(p, "--gpus")
     p.add_argument("--single-workload", action="store_true", help="fail unless every row has the same ISL/OSL")
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="every column, as CSV")
-    fmt.add_argument("--json", action="store_true", help="every column, as a JSON list of rows")
+    shared_flag(fmt, "--csv", help="every column, as CSV")
+    shared_flag(fmt, "--json", help="every column, as a JSON list of rows")
     p.add_argument("-o", "--out", metavar="FILE", help="write here (whole or not at all) instead of stdout")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    df = load_results(args.paths, gpus=gpus_from_args(args), single_workload=args.single_workload)
+    df = load_results(args.paths, gpus=args.gpus, single_workload=args.single_workload)
     if args.csv:
         out = df.to_csv(index=False)
     elif args.json:

@@ -6,7 +6,7 @@ import argparse
 import math
 
 from pdtune import versions
-from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int
+from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int, shared_flag
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
 from pdtune.memory import vllm_default_max_num_batched_tokens
@@ -57,26 +57,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_arguments(p)
     p.add_argument("--kv-cache-gib", type=non_negative_float, metavar="G",
                    help="KV cache memory of one GPU in GiB: adds num_blocks, max_concurrency, kv_cache_tokens")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that pick a model and a vLLM configuration; shared with other commands."""
-    p.add_argument("model", metavar="MODEL", help="bundled model name, folder with config.json, or the file")
+    shared_flag(p, "model")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size of attention (default 1)")
-    p.add_argument("--kv-cache-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | bfloat16 | ... (default auto)")
+    shared_flag(p, "--kv-cache-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | bfloat16 | ... (default auto)")
     p.add_argument("--mamba-cache-dtype", default="auto", help="GDN/Mamba conv (and SSM) state dtype")
     p.add_argument("--mamba-ssm-cache-dtype", default="auto", help="GDN/Mamba SSM state dtype")
-    p.add_argument("--isl", type=positive_int, help="input tokens per request")
-    p.add_argument("--osl", type=positive_int, help="output tokens per request")
+    shared_flag(p, "--isl")
+    shared_flag(p, "--osl")
     p.add_argument("--template-tokens", type=non_negative_int, default=0,
                    help="chat-template tokens added to ISL + OSL (default 0)")
     p.add_argument("--max-model-len", type=positive_int, help="instead of --isl/--osl")
-    p.add_argument("--num-speculative-tokens", type=non_negative_int, default=0, metavar="K",
-                   help="MTP / speculative tokens per step (default 0)")
-    p.add_argument("--vllm", default=versions.CURRENT, metavar="VERSION",
-                   help=f"vLLM line whose arithmetic to follow (default {versions.CURRENT}; 0.11 = the article)")
+    shared_flag(p, "--num-speculative-tokens", help="MTP / speculative tokens per step (default 0)")
+    shared_flag(p, "--vllm", default=versions.CURRENT,
+                help=f"vLLM line whose arithmetic to follow (default {versions.CURRENT}; 0.11 = the article)")
     caching = p.add_mutually_exclusive_group()
     caching.add_argument("--prefix-caching", dest="prefix_caching", action="store_true", default=None,
                          help="prefix caching on (vLLM's default)")

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from pdtune.commands._common import positive_int
+from pdtune.commands._common import positive_int, shared_flag
 from pdtune.paths import REPO_ROOT, params_dir
 from pdtune.workbook import (
     CELL_TIMEOUT,
@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("params", metavar="PARAMS.yaml", help="the parameters file")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder (must not exist, unless --force)")
+    shared_flag(p, "--out", required=True,
+                help="output folder (must not exist, unless --force)")
     p.add_argument("--html", action="store_true",
                    help=f"also build the executed notebooks as a book in DIR/{HTML_DIR}")
     p.add_argument("--force", action="store_true", help="replace DIR if it holds an earlier workbook output")

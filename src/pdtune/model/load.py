@@ -52,6 +52,15 @@ def read_config(path: Path) -> dict[str, Any]:
     return raw
 
 
+#: Text decoders pdtune knows of but does not plan, and why (vLLM 0.33 model_executor/models/registry.py).
+NOT_MODELLED = {
+    **dict.fromkeys(("minimax", "minimax_text_01", "minimax_m1"),
+                    "removed from vLLM in 0.23 (_PREVIOUSLY_SUPPORTED_MODELS; MiniMax-Text-01/M1 lightning attention):"),
+    **dict.fromkeys(("bailing_hybrid", "bailing_moe_linear"),
+                    "linear attention (BailingMoeV2_5, vLLM 0.33's one LinearAttentionSpec model) is not modelled:"),
+}
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
     path = resolve_config_path(name_or_path)
     raw = read_config(path)
@@ -65,8 +74,9 @@ def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: 
     model_type = outer_type if isinstance(outer_type, str) else cfg.str("model_type")
     family = family_of(cfg, model_type)
     if family is None:
+        why = NOT_MODELLED.get(model_type, "unknown architecture")
         raise InputError(source, "model_type",
-                         f"unknown architecture {model_type!r}; pdtune understands: {', '.join(SUPPORTED_MODEL_TYPES)}")
+                         f"{why} {model_type!r}; pdtune understands: {', '.join(SUPPORTED_MODEL_TYPES)}")
     archs = raw.get("architectures") or cfg.raw.get("architectures") or [model_type]
     architecture = str(archs[0]) if isinstance(archs, list) and archs else model_type
     text_type = cfg.text.get("model_type") if cfg.text is not None else None

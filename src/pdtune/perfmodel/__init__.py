@@ -16,7 +16,8 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.validation` — predicted beside measured for every matching result row, and the error summaries;
 * :mod:`.fit`, :mod:`.calibrate`, :mod:`.heldout` — fitting the factors on measured sweeps, holding out whole
   deployments, leave-one-model-out scores;
-* :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points.
+* :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points;
+* :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """
 
 from pdtune.perfmodel.aggregated import AggPlan, agg_plan, predict_agg, serving_defaults
@@ -25,6 +26,13 @@ from pdtune.perfmodel.costs import ModelCosts, model_costs
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
 from pdtune.perfmodel.inferencex import inferencex_check
 from pdtune.perfmodel.network import CollectiveCost, collective_cost
+from pdtune.perfmodel.roofline import (
+    PrefillCeiling,
+    decode_roofline,
+    experts_touched,
+    prefill_ceiling,
+    tokens_to_touch,
+)
 from pdtune.perfmodel.sweeps import (
     Prediction,
     predict_decode,
@@ -49,12 +57,17 @@ __all__ = [
     "EngineConfig",
     "ModelCosts",
     "Prediction",
+    "PrefillCeiling",
     "StepTime",
     "build_engine",
+    "decode_roofline",
+    "experts_touched",
     "inferencex_check",
     "model_costs",
     "predict_decode",
     "predict_disagg",
     "predict_prefill",
+    "prefill_ceiling",
     "to_frame",
+    "tokens_to_touch",
 ]

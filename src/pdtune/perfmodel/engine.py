@@ -49,7 +49,7 @@ from pdtune.model import LayerKind, ModelSpec
 from pdtune.paths import article_dir
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
-from pdtune.perfmodel.network import group_bandwidth
+from pdtune.perfmodel.network import group_bandwidth, scale_out_latency
 from pdtune.state import StatePlan, plan_state
 from pdtune.topology import Topology
 from pdtune.units import GiB, from_gib
@@ -342,7 +342,7 @@ class Engine:
 
     @property
     def _pp_network_latency(self) -> float:
-        return self.gpu.network_latency if self.gpu.crosses_network(self.topology.gpus) else 0.0
+        return scale_out_latency(self.gpu.name) if self.gpu.crosses_network(self.topology.gpus) else 0.0
 
     def step_terms(self, batch: Batch) -> StepTerms:
         """The step as :class:`StepTerms`, every pipeline stage in turn (their sum)."""
@@ -364,14 +364,14 @@ class Engine:
                 tp_b, ep_b, n = self._layer_comm_bytes(batch.tokens, batch.ep_tokens, moe=moe)
                 link_s += count * (tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards))
                 calls += count * n
-                network_s += count * self._network_calls(n, moe=moe) * gpu.network_latency
+                network_s += count * self._network_calls(n, moe=moe) * scale_out_latency(gpu.name)
         if batch.draft_passes and index == len(self.stages) - 1:
             tp_b, ep_b, n = self._layer_comm_bytes(batch.seqs, batch.seqs * topo.dp, moe=self.costs.mtp_moe)
             link_s += batch.draft_passes * (
                 tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards)
             )
             calls += batch.draft_passes * n
-            network_s += batch.draft_passes * self._network_calls(n, moe=self.costs.mtp_moe) * gpu.network_latency
+            network_s += batch.draft_passes * self._network_calls(n, moe=self.costs.mtp_moe) * scale_out_latency(gpu.name)
         if index < len(self.stages) - 1:
             link_s += 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES / gpu.link_bandwidth(self._pp_group)
             calls += 1
@@ -499,7 +499,7 @@ class Engine:
             tp_time += count * t
             ep_time += count * e
             latency += count * n * eff.collective_latency_s
-            network += count * self._network_calls(n, moe=moe) * self.gpu.network_latency
+            network += count * self._network_calls(n, moe=moe) * scale_out_latency(self.gpu.name)
         out = {}
         if tp_time:
             out["tp_comm"] = tp_time
@@ -515,7 +515,7 @@ class Engine:
         t, e, n = self._layer_comm_parts(tokens, ep_tokens, moe=moe, eff=eff)
         total = t + e + n * eff.collective_latency_s
         network = self._network_calls(n, moe=moe)
-        return total + network * self.gpu.network_latency if network else total
+        return total + network * scale_out_latency(self.gpu.name) if network else total
 
     def _layer_comm_parts(
         self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency

@@ -7,8 +7,8 @@ the bytes go depends on the group:
 * ``G`` within one NVLink domain (8 GPUs of an HGX board, 72 of an NVL72 rack): NVLink, at
   ``nvlink_gb_s x link`` per GPU, plus ``collective_latency_s`` per call;
 * ``G`` larger than the domain: the ring crosses the scale-out NIC, which is its slowest hop, so the bytes move
-  at ``network_gb_s x link`` per GPU, and every call also pays the network's fixed cost
-  (``network_latency_us`` of the GPU table) on top of ``collective_latency_s``.
+  at ``network_gb_s x link`` per GPU, and every call also pays the network's fixed cost (the scale-out latency of
+  ``data/gpus/links.csv``, 20 us: a small all-reduce between two nodes) on top of ``collective_latency_s``.
 
 That is why TEP16 across two 8-GPU HGX H200 nodes is slower per user than TEP8 in one: every layer's two
 all-reduces leave the node. :func:`collective_cost` is the one function the engine (and a planner weighing
@@ -19,8 +19,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from functools import cache
+
+from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.perfmodel.calibration import Efficiency
+from pdtune.transfer import SCALE_OUT, load_link
+
+#: The scale-out latency of a GPU that ``links.csv`` does not list: the one every listed GPU has.
+UNLISTED_SCALE_OUT_LATENCY_S = 20e-6
+
+
+@cache
+def scale_out_latency(gpu: str) -> float:
+    """Seconds one collective call adds when it leaves the NVLink domain (``links.csv``, scale-out row)."""
+    try:
+        return load_link(gpu, SCALE_OUT).latency_s
+    except InputError:
+        return UNLISTED_SCALE_OUT_LATENCY_S
 
 
 @dataclass(frozen=True)
@@ -56,7 +72,7 @@ def collective_cost(gpu: GpuSpec, group: int, nbytes: float, calls: int, eff: Ef
         crosses_network=crosses,
         transfer_s=transfer,
         latency_s=calls * eff.collective_latency_s,
-        network_latency_s=calls * gpu.network_latency if crosses else 0.0,
+        network_latency_s=calls * scale_out_latency(gpu.name) if crosses else 0.0,
     )
 
 

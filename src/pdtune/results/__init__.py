@@ -14,7 +14,7 @@ GPU counts come from the files where they record them, else from ``--gpus`` or a
 :data:`~pdtune.results.gpus.SIDECAR_NAME` file; otherwise loading stops with an error.
 """
 
-from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, add_gpus_argument, gpus_from_args, parse_gpus
+from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
 from pdtune.results.loader import load_results
 from pdtune.results.schema import TIDY_COLUMNS
 
@@ -22,8 +22,6 @@ __all__ = [
     "SIDECAR_NAME",
     "TIDY_COLUMNS",
     "GpuCounts",
-    "add_gpus_argument",
-    "gpus_from_args",
     "load_results",
     "parse_gpus",
 ]

@@ -20,7 +20,6 @@ An aggregated deployment is recorded as ``prefill=0, decode=total`` (srt-slurm's
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,25 +159,3 @@ class SidecarFinder:
         for d in chain:
             self._by_dir[d] = found
         return found
-
-
-def add_gpus_argument(parser: argparse.ArgumentParser) -> None:
-    """The shared ``--gpus`` flag: ``24`` (aggregated) or ``prefill=8,decode=16``."""
-    parser.add_argument(
-        "--gpus",
-        type=_gpus_type,
-        default=None,
-        metavar="N|prefill=P,decode=D",
-        help=f"GPU counts for results that do not record them (else a {SIDECAR_NAME} next to them)",
-    )
-
-
-def gpus_from_args(args: argparse.Namespace) -> GpuCounts | None:
-    return getattr(args, "gpus", None)
-
-
-def _gpus_type(text: str) -> GpuCounts:
-    try:
-        return parse_gpus(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None

@@ -10,6 +10,7 @@ record stays NaN (numbers) or None (text): nothing is invented.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -147,3 +148,8 @@ def frame(rows: list[Row]) -> pd.DataFrame:
     for col in extras:
         data[col] = pd.Series([row.get(col) for row in rows], dtype=object)
     return pd.DataFrame(data, columns=[*TIDY_COLUMNS, *extras])
+
+
+def empty_frame(columns: Sequence[str]) -> pd.DataFrame:
+    """A frame with these columns and no rows: what an analysis returns for a sweep that is not there."""
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})

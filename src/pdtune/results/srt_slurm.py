@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from pdtune.results.gpus import GpuCounts
 from pdtune.results.schema import Row, as_dict, number, text, whole
 
 SOURCE = "srt-slurm"
+#: srt-slurm copies the recipe it ran into ``outputs/<job_id>/config.yaml`` (``srtctl/cli/submit.py``).
+RECIPE_COPY = "config.yaml"
 ROLLUP_SOURCE = "srt-slurm-rollup"
 ROLLUP_NAME = "benchmark-rollup.csv"
 
@@ -62,6 +65,7 @@ class JobMetadata:
     model: str | None
     isl: int | None
     osl: int | None
+    recipe: str | None = None  # the job's ``config.yaml`` (srt-slurm copies the recipe there), if present
 
 
 def is_metadata(record: dict[str, Any]) -> bool:
@@ -125,6 +129,9 @@ class MetadataFinder:
                 continue  # not the metadata; a broken metadata file is reported when loaded directly
             if isinstance(record, dict) and is_metadata(record):
                 found = parse_metadata(candidate, record)
+                recipe = folder / RECIPE_COPY
+                if recipe.is_file():
+                    found = replace(found, recipe=str(recipe))
                 break
         self._by_dir[folder] = found
         return found
@@ -189,6 +196,10 @@ def result_rows(path: Path, metadata: JobMetadata | None) -> list[Row]:
                 row.setdefault("n_prefill_workers", metadata.n_prefill_workers if gpus and gpus.prefill else None)
                 row.setdefault("n_decode_workers", metadata.n_decode_workers if gpus and gpus.prefill else None)
                 row["model"] = row.get("model") or metadata.model
+                if metadata.recipe is not None:
+                    for key, value in _recipe_layout(metadata.recipe).items():
+                        if row.get(key) is None:  # the result file's own keys win
+                            row[key] = value
             out.append(row)
     return out
 
@@ -266,3 +277,170 @@ def _rollup_workload(path: Path, metadata: JobMetadata | None) -> tuple[int | No
         if pairs:
             isl, osl = pairs.pop()
     return isl, osl, model
+
+
+# ------------------------------------------------------------------------------------------ recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An srt-slurm recipe (the YAML ``srtctl apply -f`` takes), as far as pdtune reads it.
+
+    GPUs per worker follow srt-slurm's ``ResourceConfig``: the explicit ``gpus_per_prefill`` (and so on), else
+    ``nodes * gpus_per_node // workers``; ``decode_nodes: 0`` puts decode workers on the prefill nodes with
+    the prefill workers' size.
+    """
+
+    path: str
+    name: str
+    model: str | None
+    gpu_type: str
+    gpus_per_node: int
+    disaggregated: bool
+    prefill_workers: int
+    decode_workers: int
+    gpus_per_prefill: int
+    gpus_per_decode: int
+    agg_workers: int
+    gpus_per_agg: int
+    nodes: int
+    backend: str
+    vllm_config: dict[str, dict[str, Any]]  # role -> its engine keys, as written
+    benchmark: dict[str, Any]
+    concurrencies: tuple[int, ...]
+
+    @property
+    def gpus(self) -> GpuCounts:
+        if self.disaggregated:
+            return GpuCounts.disaggregated(self.prefill_workers * self.gpus_per_prefill,
+                                           self.decode_workers * self.gpus_per_decode)
+        return GpuCounts.aggregated(self.agg_workers * self.gpus_per_agg)
+
+    def flags(self, role: str) -> list[str]:
+        """The command-line flags srt-slurm passes for one role: ``--key`` per key whose value is not false."""
+        config = self.vllm_config.get(role, {})
+        return [f"--{str(k).replace('_', '-')}" for k, v in config.items() if v is not False and v is not None]
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read an srt-slurm recipe YAML; a missing or malformed field is bad input naming it."""
+    from pdtune.io import read_mapping
+
+    source = Path(path)
+    record = read_mapping(source, "recipe")
+    where = str(source)
+    for key in ("name", "model", "resources"):
+        if key not in record:
+            raise InputError(source, key, "missing")
+    res = as_dict(record.get("resources"))
+    gpu_type = text(res.get("gpu_type"))
+    if not gpu_type:
+        raise InputError(source, "resources.gpu_type", "missing")
+
+    def count(key: str, default: int | None = None) -> int | None:
+        value = whole(res.get(key), where, f"resources.{key}", positive=False)
+        return default if value is None else value
+
+    gpn = count("gpus_per_node", 4) or 4
+    prefill_nodes, decode_nodes = count("prefill_nodes"), count("decode_nodes")
+    disaggregated = prefill_nodes is not None or decode_nodes is not None
+    workers = {role: count(f"{role}_workers", 0) or 0 for role in ("prefill", "decode", "agg")}
+
+    def per_worker(role: str, nodes: int | None) -> int:
+        explicit = count(f"gpus_per_{role}")
+        if explicit is not None:
+            return explicit
+        if nodes and workers[role]:
+            return nodes * gpn // workers[role]
+        return gpn
+
+    per_prefill = per_worker("prefill", prefill_nodes)
+    per_decode = per_worker("decode", decode_nodes)
+    if decode_nodes == 0 and workers["decode"] and count("gpus_per_decode") is None:
+        per_decode = per_prefill  # sharing the prefill nodes: srt-slurm inherits the prefill size
+    agg_nodes = count("agg_nodes")
+    per_agg = per_worker("agg", agg_nodes)
+    if disaggregated and not (workers["prefill"] and workers["decode"]):
+        raise InputError(source, "resources.prefill_workers",
+                         "a disaggregated recipe needs prefill and decode workers")
+    backend = as_dict(record.get("backend"))
+    config = as_dict(backend.get("vllm_config"))
+    roles = {str(role): dict(as_dict(cfg)) for role, cfg in config.items()}
+    bench = as_dict(record.get("benchmark"))
+    concurrencies = _concurrency_list(bench.get("concurrencies"), where)
+    model = record.get("model")
+    return Recipe(
+        path=where,
+        name=str(record["name"]),
+        model=text(model.get("path")) if isinstance(model, dict) else text(model),
+        gpu_type=gpu_type,
+        gpus_per_node=gpn,
+        disaggregated=disaggregated,
+        prefill_workers=workers["prefill"],
+        decode_workers=workers["decode"],
+        gpus_per_prefill=per_prefill,
+        gpus_per_decode=per_decode,
+        agg_workers=workers["agg"] or (0 if disaggregated else 1),
+        gpus_per_agg=per_agg,
+        nodes=(prefill_nodes or 0) + (decode_nodes or 0) if disaggregated else (agg_nodes or 1),
+        backend=str(backend.get("type", "sglang")),
+        vllm_config=roles,
+        benchmark=dict(bench),
+        concurrencies=concurrencies,
+    )
+
+
+def engine_layout(config: dict[str, Any], where: str) -> tuple[str, int]:
+    """A ``vllm_config`` role's topology name (canonical: ``TEP8``, ``TP2DP4+EP``) and MTP draft tokens."""
+    from pdtune.topology import Topology
+
+    def size(key: str) -> int:
+        value = config.get(key, config.get(key.replace("-", "_")))
+        return whole(value, where, key) or 1
+
+    expert = config.get("enable-expert-parallel", config.get("enable_expert_parallel")) is True
+    topology = Topology(size("tensor-parallel-size"), size("data-parallel-size"), size("pipeline-parallel-size"),
+                        expert)
+    spec = config.get("speculative-config", config.get("speculative_config"))
+    mtp = 0
+    if spec:
+        try:
+            parsed = json.loads(spec) if isinstance(spec, str) else spec
+        except json.JSONDecodeError:
+            raise InputError(where, "speculative-config", f"not valid JSON: {spec!r}") from None
+        mtp = whole(as_dict(parsed).get("num_speculative_tokens"), where, "speculative-config") or 0
+    return topology.canonical, mtp
+
+
+@lru_cache(maxsize=256)
+def _recipe_layout(path: str) -> dict[str, Any]:
+    """Topology keys a job's recipe gives its result rows: an aggregated job's ``topology`` (and MTP), a
+    disaggregated job's prefill and decode topologies (MTP from decode)."""
+    recipe = load_recipe(path)
+    roles = recipe.vllm_config
+    where = f"{path}: backend.vllm_config"
+    if not recipe.disaggregated:
+        role = next(iter(roles), None)
+        if role is None:
+            return {}
+        name, mtp = engine_layout(roles[role], f"{where}.{role}")
+        return {"topology": name, "mtp_tokens": mtp}
+    if "prefill" not in roles or "decode" not in roles:
+        return {}
+    prefill, _ = engine_layout(roles["prefill"], f"{where}.prefill")
+    decode, mtp = engine_layout(roles["decode"], f"{where}.decode")
+    return {"prefill_topology": prefill, "decode_topology": decode, "mtp_tokens": mtp}
+
+
+def _concurrency_list(value: Any, where: str) -> tuple[int, ...]:
+    """``"256x512x1024"`` or a list, as srt-slurm's ``BenchmarkConfig.get_concurrency_list`` reads it."""
+    if value is None:
+        return ()
+    parts = value if isinstance(value, list) else str(value).split("x")
+    out = []
+    for part in parts:
+        number = whole(part if not isinstance(part, str) else part.strip(), where, "benchmark.concurrencies")
+        if number is None or number < 1:
+            raise InputError(where, "benchmark.concurrencies", f"expected whole numbers >= 1, got {value!r}")
+        out.append(number)
+    return tuple(out)

@@ -303,7 +303,10 @@ def _async_on(sem: Semantics, requested: bool | None, speculation: Speculation |
     if requested is not None:
         return requested
     # VllmConfig.__post_init__ (0.20+): on unless an incompatible option (pooling, an executor without
-    # support, ROCm DeepEP DBO, PP>1 on the V1 runner, or a CPU-side speculative method).
+    # support, ROCm DeepEP DBO, PP>1 on the V1 runner, or a CPU-side speculative method). A separate draft
+    # model turns the default off in 0.20-0.27 (the default branch lists only EAGLE/MTP and ngram_gpu).
+    if speculation is not None and speculation.method == "draft_model" and not sem.draft_model_async_default:
+        return False
     return sem.async_default
 
 

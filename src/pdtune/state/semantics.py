@@ -20,6 +20,7 @@ recurrent pages padded up to a larger page when unifying      0.26    ``unify_kv
 skip-layer pages aligned to the quantized primary page        0.26    ``_align_heterogeneous_kv_block_size``
 MLA hybrids round the block to 128 tokens                     0.27    ``_align_hybrid_block_size``
 prefix caching always means ``align`` (``all`` mode gone)     0.28    ``MambaModelConfig``
+async scheduling on by default with a separate draft model    0.28    ``VllmConfig.__post_init__``
 sliding windows retain ``num_prefill_lookahead_tokens - 1``   0.28    ``get_global_kv_cache_groups``
 non-MLA attention pages padded when they do not divide        0.29    ``unify_kv_cache_spec_page_size``
 short-conv state keeps speculative rows                       0.29    ``mamba_utils.short_conv_state_shape``
@@ -65,6 +66,7 @@ class Semantics:
     in_flight_batches: bool = False  # recycling caches hold max_in_flight_tokens (0.26+)
     extra_retained: bool = False  # sliding windows retain lookahead - 1 tokens for multi-module MTP (0.28+)
     async_default: bool = False  # async scheduling on unless something forbids it (0.20+)
+    draft_model_async_default: bool = True  # ... also with method draft_model (0.28+)
     unify_scale: bool = False  # unify page sizes by scaling block sizes (0.20+)
     unify_pad_mamba: bool = False  # ... padding recurrent pages (0.26+)
     unify_pad_attention: bool = False  # ... and padding non-MLA attention pages (0.29+)
@@ -96,6 +98,7 @@ class Semantics:
             in_flight_batches=v >= (0, 26, 0),
             extra_retained=v >= (0, 28, 0),
             async_default=v >= (0, 20, 0),
+            draft_model_async_default=v >= (0, 28, 0),
             unify_scale=v >= (0, 20, 0),
             unify_pad_mamba=v >= (0, 26, 0),
             unify_pad_attention=v >= (0, 29, 0),

@@ -126,8 +126,14 @@ def falcon_h1(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
     """Falcon-H1: every decoder layer runs attention and a Mamba2 mixer in parallel (falcon_h1.py), so each
     layer has two cache specs: ``model.layers.i.self_attn.attn`` and ``model.layers.i.mamba``."""
     n = cfg.int("num_hidden_layers")
-    d_ssm = cfg.opt_int("mamba_d_ssm")
-    intermediate = d_ssm if d_ssm is not None else cfg.int("mamba_expand", 2) * cfg.int("hidden_size")
+    # transformers' FalconH1Config (5.16-5.20, what vLLM 0.33 reads): mamba_d_ssm defaults to 1024 when the key
+    # is absent; an explicit null means mamba_expand x hidden_size (falcon_h1.py FalconH1SSMDecoderLayer).
+    if "mamba_d_ssm" not in cfg.raw:
+        intermediate = 1024
+    elif cfg.raw["mamba_d_ssm"] is None:
+        intermediate = cfg.int("mamba_expand", 2) * cfg.int("hidden_size")
+    else:
+        intermediate = cfg.int("mamba_d_ssm")
     layers = tuple(CacheLayer(i, kind) for i in range(n) for kind in (LayerKind.FULL_ATTENTION, LayerKind.MAMBA2))
     return ModelSpec(
         **common,

@@ -3,7 +3,7 @@
 A chart becomes a ``<div id="pdtune-<chart_id>">``, its Vega-Lite spec inlined as JSON, and a short script
 that calls ``vegaEmbed``. Where ``vegaEmbed`` comes from depends on where the output will be seen:
 
-* the static book (``PDTUNE_STATIC_BUILD=1``, set by ``make book`` and by :mod:`pdtune.charts.bookbuild`):
+* the static book (``PDTUNE_STATIC_BUILD=1``, set by ``make book`` and by :mod:`pdtune.site.bookbuild`):
   the page loads the vega bundle from ``_static/``, so each output is only the spec;
 * a live notebook (Jupyter, papermill, the workbook's HTML): the first chart of the kernel session carries
   the bundle inline, later charts reuse it.
@@ -114,7 +114,7 @@ def spec_html(spec: dict[str, Any], element_id: str, *, include_bundle: bool = F
     """The HTML for one chart: container, inlined spec, and the ``vegaEmbed`` call."""
     parts = []
     if include_bundle:
-        from pdtune.charts.vendor import vega_bundle_js
+        from pdtune.site.vendor import vega_bundle_js
 
         # The bundle holds no "</script" today; escaping keeps a future version from closing the element.
         parts.append("<script>\n" + vega_bundle_js().replace("</script", "<\\/script") + "</script>")

@@ -3,9 +3,9 @@ only pages with charts load the vega bundle.
 
 Two entry points:
 
-* ``python -m pdtune.charts.bookbuild check-toc [BOOK_ROOT]`` — the pre-build check ``make book`` runs
+* ``python -m pdtune.site.bookbuild check-toc [BOOK_ROOT]`` — the pre-build check ``make book`` runs
   before executing anything, so a missing chapter fails in a second, naming the file;
-* a Sphinx extension (``_config.yml`` lists ``pdtune.charts.bookbuild`` in its ``extensions``) that
+* a Sphinx extension (``_config.yml`` lists ``pdtune.site.bookbuild`` in its ``extensions``) that
   repeats both checks for a bare ``jupyter-book build``, refuses a CDN ``mathjax_path``, and marks the
   kernel environment as a static build so explorers print their note instead of a dead widget.
 """
@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from pdtune.charts.render import CHART_CLASS, STATIC_BUILD_ENV
-from pdtune.charts.vendor import VEGA_BUNDLE
 from pdtune.errors import InputError
 from pdtune.paths import REPO_ROOT
+from pdtune.site.render import CHART_CLASS, STATIC_BUILD_ENV
+from pdtune.site.vendor import VEGA_BUNDLE
 
 TOC_NAME = "_toc.yml"
 SOURCE_SUFFIXES = (".md", ".ipynb", ".rst")
@@ -117,7 +117,7 @@ def _on_builder_inited(app: Any) -> None:
         if not any((d / needed).is_file() for d in static_dirs):
             raise ConfigError(
                 f"{needed} is in none of {', '.join(ours)}; "
-                "run `make assets` (python -m pdtune.charts.vendor)"
+                "run `make assets` (python -m pdtune.site.vendor)"
             )
 
 
@@ -141,7 +141,7 @@ def setup(app: Any) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pdtune.charts.bookbuild")
+    parser = argparse.ArgumentParser(prog="python -m pdtune.site.bookbuild")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-toc", help="fail, naming the file, if _toc.yml lists a missing file")
     check.add_argument("book_root", nargs="?", type=Path, default=REPO_ROOT)

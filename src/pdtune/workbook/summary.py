@@ -5,7 +5,7 @@ notebook's output, so a summary can be checked against ``pdtune state`` / ``pdtu
 right even when a chapter fails:
 
 * state per request: :func:`pdtune.state.plan_state` at TP=1 (the unsharded figure, the article's 759 MiB);
-* KV cache and max concurrency per decode engine: :func:`pdtune.tables.topology_capacity`, which is
+* KV cache and max concurrency per decode engine: :func:`pdtune.capacity.topology_capacity`, which is
   chapter 4's table (weights per GPU from the config, the measured or assumed overheads, vLLM's capacity);
 * best prefill and decode topology per concurrency: :func:`pdtune.frontier.best_per_concurrency`;
 * the two ends of the disaggregated frontier and the SLA pick: :func:`pdtune.frontier.upper_envelope`
@@ -16,15 +16,18 @@ Result paths and a model given as a path must already be absolute (the workbook 
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from pdtune import tables
+from pdtune import __version__, article
+from pdtune.capacity import topology_capacity
 from pdtune.frontier import (
     accuracy_gate,
     best_per_concurrency,
@@ -40,6 +43,16 @@ from pdtune.results import load_results, parse_gpus
 from pdtune.scenario import RESULT_KINDS, Scenario
 from pdtune.state import StatePlan, plan_state
 from pdtune.units import GiB, MiB
+
+if TYPE_CHECKING:
+    from pdtune.workbook.parameters import Parameters
+    from pdtune.workbook.running import ChapterResult
+
+
+SUMMARY_JSON = "summary.json"
+
+
+SUMMARY_MD = "summary.md"
 
 
 _KIND_TITLES = {
@@ -179,15 +192,12 @@ def default_title(scenario: Scenario) -> str:
     return f"{scenario.model} on {scenario.gpu}, ISL/OSL {scenario.isl}/{scenario.osl}"
 
 
-# ------------------------------------------------------------------------------------- computing them
-
-
 def key_numbers(scenario: Scenario) -> KeyNumbers:
     """The summary's numbers for ``scenario`` (paths in it absolute, or relative to the working folder)."""
     spec = load_model(scenario.model)
     gpu = load_gpu(scenario.gpu)
     state = request_state(spec, scenario)
-    engines = tables.topology_capacity(
+    engines = topology_capacity(
         spec,
         scenario.decode_topologies,
         gpu_memory_gib=scenario.gpu_memory_gib,
@@ -214,7 +224,7 @@ def key_numbers(scenario: Scenario) -> KeyNumbers:
         gpu={"name": gpu.name, "description": gpu.description, "gpu_memory_gib": scenario.gpu_memory_gib,
              "gpu_memory_utilization": scenario.gpu_memory_utilization},
         state=state,
-        reference_topology=tables.reference_topology(scenario.decode_topologies),
+        reference_topology=article.reference_topology(scenario.decode_topologies),
         engines=rows,
         phases=phases,
         frontier=_frontier(frames["disagg"], scenario),
@@ -340,9 +350,6 @@ def _frontier(df: pd.DataFrame | None, scenario: Scenario) -> FrontierSummary | 
     )
 
 
-# ------------------------------------------------------------------------------------- markdown
-
-
 def _num(value: Any, digits: int = 1) -> str:
     if value is None:
         return "—"
@@ -451,3 +458,21 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
     if s.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _summary(numbers: KeyNumbers, params: Parameters, results: Sequence[ChapterResult]) -> dict[str, Any]:
+    summary = numbers.to_dict()
+    summary["title"] = params.scenario.title or default_title(params.scenario)
+    summary["parameters_file"] = str(params.source)
+    summary["parameters"] = params.scenario.to_dict()
+    summary["generated_by"] = f"pdtune {__version__} workbook"
+    summary["chapters"] = [r.to_dict() for r in results]
+    summary["status"] = "ok" if all(r.status == "ok" for r in results) else "failed"
+    return summary
+
+
+def _write_summary(folder: Path, summary: dict[str, Any], results: Sequence[ChapterResult]) -> None:
+    text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
+    (folder / SUMMARY_JSON).write_text(text, encoding="utf-8")
+    (folder / SUMMARY_MD).write_text(
+        to_markdown(summary, [r.to_dict() for r in results], link=lambda c: f"[{c}]({c})"), encoding="utf-8")

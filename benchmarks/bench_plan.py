@@ -1,0 +1,70 @@
+"""Speed target of `pdtune plan`; prints its measurements, exits 1 when the target is missed.
+
+The case (issue 12): `pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024
+--min-tps-per-user 20 --json`, timed as a user runs it (a fresh process: start-up, imports, the search, the
+JSON), in at most a tenth of aiconfigurator 0.12's `default` search of the same case. When `make bench-peers`
+has installed aiconfigurator into `.peers/`, both are timed in this run; otherwise aiconfigurator's 46.8 s,
+measured on this machine when the issue was filed, is the reference (printed as not re-measured), so the
+target is 4.7 s. The JSON is checked too: every row carries the columns the issue names.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PDTUNE = [sys.executable, "-m", "pdtune.cli"]
+CASE = ["plan", "deepseek-v3", "--gpu", "gb200", "--max-gpus", "72", "--isl", "8192", "--osl", "1024",
+        "--min-tps-per-user", "20", "--json"]
+PEER = REPO / ".peers" / "bin" / "aiconfigurator"
+#: aiconfigurator 0.12 `cli default` on the same case, 20 tokens/s per user = TPOT 50 ms.
+PEER_CASE = ["cli", "default", "--model-path", str(REPO / "data" / "models" / "deepseek-v3"), "--total-gpus",
+             "72", "--system", "gb200", "--isl", "8192", "--osl", "1024", "--tpot", "50"]
+REFERENCE_PEER_S = 46.8  # measured here when issue 12 was filed
+REQUIRED = ("gpus_total", "tps_per_gpu", "tps_per_user", "ttft_ms_p50", "kv_transfer_ms")
+
+
+def _run(cmd: list[str], cwd: Path) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return elapsed, done.stdout
+
+
+def main() -> int:
+    times = []
+    out = ""
+    for _ in range(3):  # best of three: a busy neighbour only adds time
+        t, out = _run(PDTUNE + CASE, REPO)
+        times.append(t)
+    best = min(times)
+    data = json.loads(out)
+    rows = data["rows"]
+    missing = [k for r in rows for k in REQUIRED if r.get(k) is None]
+    pick = data["picks"][0]
+    print(f"pdtune plan deepseek-v3, 72 GB200, 8192/1024, >= 20 tok/s/user: {best:.2f} s (best of 3: "
+          f"{', '.join(f'{t:.2f}' for t in times)}); {data['counts']['feasible_rows']:,} deployments, "
+          f"{len(rows)} table rows; pick row {pick['row']}")
+    if PEER.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            peer, _ = _run([str(PEER), *PEER_CASE, "--save-dir", tmp], REPO)
+        print(f"aiconfigurator cli default, same case: {peer:.1f} s (measured in this run)")
+    else:
+        peer = REFERENCE_PEER_S
+        print(f"aiconfigurator cli default, same case: {peer:.1f} s (reference, not re-measured: "
+              f"{PEER.relative_to(REPO)} is absent; `make bench-peers` installs it)")
+    target = peer / 10
+    print(f"target: at most {target:.2f} s (a tenth of aiconfigurator's); every row has {', '.join(REQUIRED)}: "
+          f"{'yes' if not missing else 'NO, missing ' + ', '.join(sorted(set(missing)))}")
+    return 1 if best > target or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

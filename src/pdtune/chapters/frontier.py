@@ -1,0 +1,307 @@
+"""Chapter 7, the disaggregated frontier: the frames and sentences the chapter prints.
+
+The accuracy gate's outcome in a sentence and per deployment, the envelope's two ends beside the
+article's headline numbers, the SLA pick and its reverse in words, rate matching of the isolated sweeps
+beside the disaggregated sweep (:func:`predict`), and InferenceX's measured GB200 points with the
+performance model's error. The rules are in :mod:`pdtune.frontier` (envelope, rate matching with the
+KV-room check, SLA pick, gate) and :mod:`pdtune.capacity` (KV room).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pdtune.capacity import room_lookup
+from pdtune.frontier import accuracy_gate, frontier_matches_brute_force, predicted_vs_measured, rate_match
+from pdtune.frontier import upper_envelope
+from pdtune.results.schema import empty_frame
+from pdtune.sweep import KIND_WORDS, Sweep, canonical_topologies, label, load_sweep
+
+
+@dataclass(frozen=True, eq=False)
+class Gate:
+    """The accuracy gate's outcome for the chapter: the rows kept and a sentence saying what happened."""
+
+    kept: pd.DataFrame
+    excluded: tuple[str, ...]
+    unmeasured: tuple[str, ...]
+    measured: tuple[str, ...]
+    threshold: float
+    sentence: str
+
+
+def gate_summary(sweep: Sweep, threshold: float) -> Gate:
+    """:func:`pdtune.frontier.accuracy_gate` on a disaggregated sweep, and the sentence the chapter prints."""
+    if not sweep.available:
+        return Gate(sweep.frame, (), (), (), threshold, sweep.note)
+    result = accuracy_gate(sweep.frame, threshold)
+    excluded = tuple(result.excluded["deployment"])
+    unmeasured = tuple(result.unmeasured)
+    measured = tuple(d for d in sweep.deployments if d not in unmeasured)
+    pct = f"{threshold:.0%}"
+    if excluded:
+        lows = ", ".join(f"{r.deployment} ({r.accuracy:.1%})" for r in result.excluded.itertuples())
+        text = f"The gate at {pct} excludes {len(excluded)} of {len(sweep.deployments)} deployments: {lows}."
+    else:
+        text = f"The gate at {pct} excludes none of the {len(sweep.deployments)} deployments."
+    if measured and not excluded:
+        text += f" All {len(measured)} with a recorded accuracy pass."
+    if unmeasured:
+        text += (f" {len(unmeasured)} record no accuracy and are kept unchecked: "
+                 f"{', '.join(unmeasured)}.")
+    kept = label(result.kept) if len(result.kept) else result.kept
+    return Gate(kept, excluded, unmeasured, measured, threshold, text)
+
+
+def accuracy_table(sweep: Sweep, threshold: float) -> pd.DataFrame:
+    """Per deployment: its lowest recorded accuracy (NaN when none), its points, and the gate's verdict."""
+    columns = ["deployment", "gpus", "points", "accuracy", "verdict"]
+    if not sweep.available:
+        return empty_frame(columns)
+    f = sweep.frame
+    acc = pd.to_numeric(f["accuracy"], errors="coerce")
+    rows = []
+    for dep in sweep.deployments:
+        mine = acc[f["deployment"] == dep]
+        low = float(mine.min()) if mine.notna().any() else math.nan
+        verdict = "kept, not measured" if math.isnan(low) else "kept" if low >= threshold else "excluded"
+        rows.append({"deployment": dep, "gpus": int(f.loc[f["deployment"] == dep, "gpus_total"].iloc[0]),
+                     "points": int(len(mine)), "accuracy": low, "verdict": verdict})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def envelope(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdtune.frontier.upper_envelope` (columns with provenance first), or an empty frame."""
+    if len(df) == 0:
+        return empty_frame(["deployment", "concurrency", "tps_per_user", "tps_per_gpu"])
+    return upper_envelope(df)
+
+
+def envelope_with_status(pred_env: pd.DataFrame, measured: Sweep) -> pd.DataFrame:
+    """The predicted envelope's points with whether their deployment was part of the disaggregated sweep."""
+    columns = ["deployment", "concurrency", "tps_per_user", "tps_per_gpu", "bottleneck", "decode_concurrency",
+               "decode_room", "in_sweep"]
+    if len(pred_env) == 0:
+        return empty_frame(columns)
+    swept = set(measured.frame["deployment"].astype(str)) if measured.available else set()
+    out = pred_env.assign(deployment=pred_env["deployment"].astype(str),
+                          bottleneck=pred_env["bottleneck"].astype(str))
+    out["in_sweep"] = out["deployment"].isin(swept)
+    return out[[c for c in columns if c in out.columns]].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class FrontierEnds:
+    """The envelope's two ends beside the article's headline numbers."""
+
+    throughput_deployment: str | None
+    throughput_concurrency: float | None
+    tps_per_gpu: float | None
+    latency_deployment: str | None
+    latency_concurrency: float | None
+    tps_per_user: float | None
+    article_tps_per_gpu: float
+    article_tps_per_user: float
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([
+            {"end": "throughput: most total tokens/s per GPU", "article": self.article_tps_per_gpu,
+             "this_data": self.tps_per_gpu, "deployment": self.throughput_deployment,
+             "concurrency": self.throughput_concurrency},
+            {"end": "latency: most output tokens/s per user", "article": self.article_tps_per_user,
+             "this_data": self.tps_per_user, "deployment": self.latency_deployment,
+             "concurrency": self.latency_concurrency},
+        ])
+
+
+def frontier_ends(env: pd.DataFrame) -> FrontierEnds:
+    from pdtune import article
+
+    c = article.constants()
+    if len(env) == 0:
+        return FrontierEnds(None, None, None, None, None, None,
+                            c["headline_tps_per_gpu"], c["headline_tps_per_user"])
+    top = env.loc[env["tps_per_gpu"].astype(float).idxmax()]
+    fast = env.loc[env["tps_per_user"].astype(float).idxmax()]
+    return FrontierEnds(str(top["deployment"]), float(top["concurrency"]), float(top["tps_per_gpu"]),
+                        str(fast["deployment"]), float(fast["concurrency"]), float(fast["tps_per_user"]),
+                        c["headline_tps_per_gpu"], c["headline_tps_per_user"])
+
+
+def pick_sentence(pick: Any, unit: str = "tokens/s per user") -> str:
+    """:class:`pdtune.frontier.SlaPick` as one sentence."""
+    if pick is None:
+        return "There is no disaggregated sweep to pick from."
+    floor = f"{pick.minimum:,.0f}" if pick.minimum >= 10 else f"{pick.minimum:g}"
+    if not pick.met:
+        best = "no data" if math.isnan(pick.best_available) else f"{pick.best_available:,.1f}"
+        return f"No point reaches {floor} {unit}; the best in the data is {best}."
+    return (f"{pick.deployment} at concurrency {pick.concurrency:,.0f}: {pick.tps_per_gpu:,.0f} total "
+            f"tokens/s per GPU at {pick.tps_per_user:,.1f} tokens/s per user.")
+
+
+def reverse_sentence(table: pd.DataFrame, fraction: float = 0.5) -> str:
+    """One row of :func:`pdtune.frontier.reverse_sla` in words."""
+    row = table[table["fraction_of_best"] == fraction]
+    if len(row) == 0 or pd.isna(row["deployment"].iloc[0]):
+        return "There is no disaggregated sweep to pick from."
+    r = row.iloc[0]
+    return (f"keeping at least {fraction:.0%} of the best throughput ({r['min_tps_per_gpu']:,.0f} tokens/s "
+            f"per GPU), the fastest service is {r['deployment']} at concurrency {r['concurrency']:,.0f}: "
+            f"{r['tps_per_user']:,.1f} tokens/s per user at {r['tps_per_gpu']:,.0f} tokens/s per GPU.")
+
+
+@dataclass(frozen=True, eq=False)
+class Prediction:
+    """Rate matching from the isolated sweeps beside the disaggregated sweep (chapter 7)."""
+
+    rows: pd.DataFrame  # every rate-matched x:y of every (prefill, decode) pair, with ``fits_kv``
+    same: pd.DataFrame  # the rows of the deployments the disaggregated sweep measured
+    comparison: pd.DataFrame  # predicted_vs_measured, one row per measured point
+    summary: pd.DataFrame  # per measured deployment: points compared, median ratio, within 10 %
+    envelope: pd.DataFrame  # the upper envelope of the rate-matched rows whose decode fits its KV room
+    unchecked_envelope: pd.DataFrame  # the same without the KV-room check
+    note: str = ""
+
+    @property
+    def available(self) -> bool:
+        return len(self.rows) > 0
+
+    @property
+    def infeasible(self) -> int:
+        """Rate-matched rows whose decode point runs more requests than its KV room at the real workload."""
+        return int((~self.rows["fits_kv"]).sum()) if self.available else 0
+
+
+def predict(prefill: Sweep, decode: Sweep, measured: pd.DataFrame, *, osl: int, isl: int | None = None,
+            max_workers: int = 4, room: pd.DataFrame | None = None) -> Prediction:
+    """:func:`pdtune.frontier.rate_match` of the isolated sweeps (topologies named canonically), and
+    :func:`pdtune.frontier.predicted_vs_measured` against ``measured`` (the gated disaggregated rows).
+
+    ``room`` (a :func:`pdtune.capacity.kv_room` frame) is the KV-room check of
+    :func:`~pdtune.frontier.rate_match`: every rate-matched row gets ``decode_room`` (the decode
+    deployment's ``room_at_workload``) and ``fits_kv``, and the predicted envelope leaves out the points
+    whose decode worker runs more requests than that (rows of unknown room are kept). Without a
+    prefill-only or a decode-only sweep nothing is predicted and :attr:`Prediction.note` says why.
+    """
+    empty = empty_frame(["deployment", "concurrency", "tps_per_user", "tps_per_gpu"])
+    summary_cols = ["deployment", "points", "predicted_points", "median_ratio", "within_10pct"]
+    missing = [s for s in (prefill, decode) if not s.available]
+    if missing:
+        what = " and ".join(f"no {KIND_WORDS[s.kind]} sweep" for s in missing)
+        note = f"This scenario has {what}, so rate matching has nothing to combine and is skipped."
+        rows = empty.assign(fits_kv=pd.Series(dtype=bool))
+        return Prediction(rows, empty, empty, empty_frame(summary_cols), empty, empty, note)
+    p = canonical_topologies(prefill.frame.drop(columns=["layout", "mtp"]))
+    d = canonical_topologies(decode.frame.drop(columns=["layout", "mtp"]))
+    rows = rate_match(p, d, osl, max_workers, isl=isl, decode_room=room_lookup(room))
+    rows = rows.assign(deployment=rows["deployment"].astype(str))
+    if len(measured):
+        meas = label(canonical_topologies(measured))
+        same = rows[rows["deployment"].isin(set(meas["deployment"]))]
+        comparison = predicted_vs_measured(same, meas) if len(same) else empty
+    else:
+        same, comparison = rows.iloc[:0], empty
+    summary = []
+    if len(comparison):
+        for dep, g in comparison.groupby("deployment", sort=False):
+            ratio = g["predicted_over_measured"].dropna()
+            summary.append({"deployment": dep, "points": len(g), "predicted_points": len(ratio),
+                            "median_ratio": float(ratio.median()) if len(ratio) else math.nan,
+                            "within_10pct": int(((ratio - 1).abs() <= 0.10).sum())})
+    note = ""
+    if len(measured) and not len(same):
+        note = ("None of the measured deployments can be predicted: their prefill or decode layouts are not "
+                "in the isolated sweeps.")
+    feasible = rows[rows["fits_kv"]]
+    return Prediction(rows, same, comparison, pd.DataFrame(summary, columns=summary_cols), envelope(feasible),
+                      envelope(rows), note)
+
+
+def prediction_sentence(pred: Prediction) -> str:
+    """How close rate matching gets to the disaggregated sweep, in one sentence."""
+    if not pred.available:
+        return pred.note
+    if len(pred.summary) == 0:
+        return pred.note or "No measured configuration could be compared with its prediction."
+    total = int(pred.summary["predicted_points"].sum())
+    close = int(pred.summary["within_10pct"].sum())
+    ratio = float(pred.comparison["predicted_over_measured"].median())
+    return (f"Across {len(pred.summary)} configurations, the prediction is within 10 % of the measured "
+            f"throughput per GPU at {close} of {total} points; the median ratio of predicted to measured is "
+            f"{ratio:.3f}.")
+
+
+def prediction_ends_sentence(pred: Prediction) -> str:
+    """The predicted envelope's two ends, with and without the KV-room check."""
+    if not pred.available or len(pred.envelope) == 0:
+        return pred.note or "Nothing was predicted."
+    top = pred.envelope.loc[pred.envelope["tps_per_gpu"].idxmax()]
+    fast = pred.envelope.loc[pred.envelope["tps_per_user"].idxmax()]
+    loose = pred.unchecked_envelope["tps_per_gpu"].max()
+    text = (f"The predicted envelope reaches {top['tps_per_gpu']:,.0f} total tokens/s per GPU "
+            f"({top['deployment']}) and {fast['tps_per_user']:,.1f} tokens/s per user "
+            f"({fast['deployment']}).")
+    if pred.infeasible:
+        text += (f" The KV-room check removed {pred.infeasible:,} of {len(pred.rows):,} predicted points; "
+                 f"without it the throughput end would be {loose:,.0f}.")
+    return text
+
+
+@dataclass(frozen=True, eq=False)
+class RealData:
+    """InferenceX's measured GB200 DeepSeek-R1 points, their envelope and the performance model's error."""
+
+    sweep: Sweep
+    envelope: pd.DataFrame
+    check: pd.DataFrame  # inferencex_check, the columns the chapter prints
+    brute_force_ok: bool
+    source: str = field(default="")
+
+    @property
+    def frontier_sentence(self) -> str:
+        """How many measured points lie on the frontier, and whether the fast frontier equals brute force."""
+        check = "equals" if self.brute_force_ok else "differs from"
+        return (f"{len(self.envelope)} of the {len(self.sweep.frame)} measured points are on the frontier; "
+                f"the frontier pdtune computes {check} the set of points no other point dominates, checked "
+                "pair by pair.")
+
+    @property
+    def trend_sentence(self) -> str:
+        """The error on tokens/s per GPU in the lower and the upper half of the measured concurrencies."""
+        c = self.check.sort_values("concurrency")
+        if len(c) < 2:
+            return ""
+        half = len(c) // 2
+        low, high = c.iloc[:half], c.iloc[half:]
+        lo_err, hi_err = (float(p["tps_per_gpu_error"].abs().median()) for p in (low, high))
+        return (f"Up to concurrency {int(low['concurrency'].max()):,} the median error on tokens/s per GPU "
+                f"is {lo_err:.0%}; from {int(high['concurrency'].min()):,} on it is {hi_err:.0%}.")
+
+    @property
+    def median_abs_error(self) -> dict[str, float]:
+        return {k: float(self.check[f"{k}_error"].abs().median()) for k in ("tps_per_gpu", "tps_per_user")}
+
+
+INFERENCEX_SOURCE = "InferenceX (SemiAnalysis, Apache-2.0): DeepSeek-R1-0528, GB200 NVL72, Dynamo + TRT-LLM"
+
+
+def inferencex_points(path: str | Path | None = None) -> RealData:
+    """The bundled InferenceX file (or ``path``): loaded, labelled, its envelope, and
+    :func:`pdtune.perfmodel.inferencex.inferencex_check` (nothing fitted to it)."""
+    from pdtune.perfmodel.inferencex import inferencex_check, inferencex_file
+
+    target = Path(path) if path is not None else inferencex_file()
+    sweep = load_sweep("disagg", [str(target)])
+    check = inferencex_check(target)
+    cols = ["concurrency", "deployment", "measured_tps_per_gpu", "predicted_tps_per_gpu", "tps_per_gpu_error",
+            "measured_tps_per_user", "predicted_tps_per_user", "tps_per_user_error", "measured_ttft_ms",
+            "predicted_ttft_ms", "kv_limited"]
+    check = check[cols].rename(columns={"deployment": "deployment_as_assumed"})
+    return RealData(sweep, envelope(sweep.frame), check, frontier_matches_brute_force(sweep.frame),
+                    INFERENCEX_SOURCE)

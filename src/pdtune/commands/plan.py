@@ -1,0 +1,186 @@
+"""``pdtune plan``: what to deploy on N GPUs for an SLA, with the KV transfer in TTFT."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int, shared_flag
+from pdtune.errors import InputError
+from pdtune.gpus import bundled_gpus
+from pdtune.perfmodel import DEFAULT_ACCEPTANCE
+from pdtune.plan import PLAN_VLLM, Plan, PlanSettings, picks_sentence, plan, sla_list
+
+EPILOG = """\
+Rows built on modeled sweeps are MODELED (pdtune.perfmodel, a roofline model), not measured; pass your own
+isolated sweeps with --prefill-results/--decode-results (any format `pdtune results` reads) to plan from them.
+tok/s/GPU = total (input + output) tokens/s over all GPUs; tok/s/user = 1000 / TPOT; TTFT includes the KV
+transfer from the prefill to the decode engine (NVLink inside one NVLink domain, else the scale-out network).
+Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
+Examples:
+  pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024 --min-tps-per-user 20 --json
+  pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024
+  pdtune plan qwen3-next-80b-a3b --gpu b200 --decode-gpu h200 --max-gpus 32 --isl 8192 --osl 1024 \\
+      --max-ttft-ms 500 --recipes recipes/
+"""
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated topologies such as TEP8,TP4DP2+EP")
+    return names
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="search topologies and xPyD for a GPU budget and an SLA (KV transfer in TTFT)",
+        description="What to deploy on at most N GPUs: the frontier of rate-matched disaggregated deployments "
+                    "and the pick for each SLA.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    shared_flag(p, "model")
+    p.add_argument("--gpu", required=True,
+                   help=f"GPU of the prefill pool, and of decode (known: {', '.join(bundled_gpus())})")
+    p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
+    p.add_argument("--max-gpus", type=positive_int, required=True, metavar="N", help="GPU budget, both pools")
+    shared_flag(p, "--isl", required=True)
+    shared_flag(p, "--osl", required=True)
+    p.add_argument("--min-tps-per-user", type=_floats, metavar="X[,X...]",
+                   help="interactivity floor(s), tokens/s per user (one pick per floor)")
+    p.add_argument("--max-ttft-ms", type=non_negative_float, metavar="T", help="TTFT limit, ms (median)")
+    p.add_argument("--max-tpot-ms-p90", type=non_negative_float, metavar="P",
+                   help="TPOT p90 limit, ms (checked against TPOT p99 where a sweep has spread)")
+    p.add_argument("--calibration", metavar="CAL.yaml", help="calibration of the performance model (pending)")
+    p.add_argument("--prefill-results", nargs="+", metavar="PATH", help="measured prefill-only sweeps (ISL/2)")
+    p.add_argument("--decode-results", nargs="+", metavar="PATH", help="measured decode-only sweeps")
+    p.add_argument("--prefill-topologies", type=_names, metavar="T1,T2", help="restrict the prefill layouts")
+    p.add_argument("--decode-topologies", type=_names, metavar="T1,T2", help="restrict the decode layouts")
+    p.add_argument("--mtp", type=non_negative_int, default=3, metavar="K",
+                   help="MTP draft tokens for decode candidates when the model has MTP (default 3; 0 = none)")
+    p.add_argument("--acceptance", type=non_negative_float, default=DEFAULT_ACCEPTANCE, metavar="A",
+                   help=f"MTP draft acceptance rate (default {DEFAULT_ACCEPTANCE})")
+    shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8)")
+    shared_flag(p, "--gpu-memory-utilization", default=0.92)
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)")
+    shared_flag(p, "--vllm", default=PLAN_VLLM,
+                help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
+    p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")
+    p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
+    shared_flag(p, "--json", help="machine-readable output (what `pdtune recipe` reads)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("max_ttft_ms", "max_tpot_ms_p90"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise InputError(f"--{name.replace('_', '-')}", name, "must be positive")
+    if not 0 <= args.acceptance <= 1:
+        raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {args.acceptance}")
+    settings = PlanSettings(
+        model=args.model, gpu=args.gpu, decode_gpu=args.decode_gpu, max_gpus=args.max_gpus, isl=args.isl,
+        osl=args.osl, mtp_tokens=args.mtp, acceptance=args.acceptance, kv_cache_dtype=args.kv_cache_dtype,
+        vllm=args.vllm, gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_batched_tokens=args.max_num_batched_tokens, prefill_topologies=args.prefill_topologies,
+        decode_topologies=args.decode_topologies, calibration=args.calibration,
+    )
+    slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
+    result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
+                  require_sla=True)
+    data = result.to_dict()
+    written: list[str] = []
+    if args.recipes:
+        from pdtune.recipe import write_recipes
+
+        rows = sorted({pick.row for pick in result.picks if pick.row is not None})
+        written = [str(p) for p in write_recipes(data, rows, args.recipes, model_path=args.model_path)]
+        data["recipes"] = written
+    if args.json:
+        emit_json(data)
+    else:
+        print(render(result, written))
+    return 0
+
+
+def render(result: Plan, written: list[str] | None = None) -> str:
+    s = result.settings
+    c = result.counts
+    pools = s.gpu if not s.mixed else f"prefill on {s.gpu}, decode on {s.decode_gpu_name}"
+    origin = ("MODELED (pdtune.perfmodel roofline predictions, rate-matched; not measurements)" if result.modeled
+              else "from measured isolated sweeps")
+    lines = [
+        f"Plan {origin}: {result.spec.name}, {pools}, at most {s.max_gpus} GPUs, ISL/OSL {s.isl}/{s.osl}",
+        f"  searched {c['prefill_candidates']} prefill and {c['decode_candidates']} decode sweeps "
+        f"({c['rejected']} layouts rejected: heads, experts or memory; {c['pruned']} beaten by another of the same "
+        f"size); {c['feasible_rows']:,} rate-matched deployments fit the budget",
+        f"  dropped: {c['decode_points_above_kv_room']:,} decode points beyond their KV room, "
+        f"{c['rows_over_kv_room_after_block_size']:,} rows over KV room once --block-size grows the block, "
+        f"{c['rows_link_saturated']:,} rows whose KV stream exceeds the link",
+        f"  {c['rows_network_charged']:,} rows put a TP/EP group over more than one NVLink domain "
+        f"(collectives charged at the NIC's bandwidth); {c['frontier_rows_network_charged']} of them on the "
+        "frontier",
+        "",
+        "Frontier (upper envelope; * = SLA pick off the frontier). tok/s/GPU: total tokens/s over all GPUs; "
+        "tok/s/user: 1000 / TPOT; TTFT includes the KV transfer; from: prefill/decode sweeps, M = modeled, "
+        "X = measured",
+        f"  {'row':>3}  {'deployment':<34} {'GPUs':>4} {'conc':>5} {'tok/s/GPU':>9} {'tok/s/user':>10} "
+        f"{'TTFT ms':>8} {'KV ms':>6} {'KV %':>5} {'link':<9} {'from':<4} notes",
+    ]
+    for r in result.table.to_dict("records"):
+        notes = []
+        if r["network_charged"]:
+            notes.append("TP/EP group over the network")
+        if r["block_size_to_set"] is not None and not _missing(r["block_size_to_set"]):
+            notes.append(f"--block-size {int(r['block_size_to_set'])}")
+        if r["picked_for"]:
+            notes.append(f"pick: {r['picked_for']}")
+        mark = " " if r["on_frontier"] else "*"
+        origin = "/".join("M" if str(r[k]).startswith("modeled") else "X" for k in ("prefill_source", "decode_source"))
+        lines.append(
+            f" {mark}{r['row']:>3}  {r['deployment']:<34} {r['gpus_total']:>4} {r['concurrency']:>5} "
+            f"{r['tps_per_gpu']:>9,.0f} {r['tps_per_user']:>10.1f} {r['ttft_ms_p50']:>8,.0f} "
+            f"{r['kv_transfer_ms']:>6.2f} {100 * r['kv_transfer_share']:>4.1f}% {r['kv_link']:<9} {origin:<4} "
+            f"{'; '.join(notes)}")
+    lines += ["", "Picks:"]
+    lines += [f"  {picks_sentence(result, pick)}" for pick in result.picks]
+    lines += ["", _ends(result)]
+    if written:
+        lines += ["", f"Recipes written ({len(written)} files):"] + [f"  {w}" for w in written]
+    return "\n".join(lines)
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return bool(value != value) or value is None
+    except TypeError:
+        return True
+
+
+def _ends(result: Plan) -> str:
+    from pdtune import article
+
+    ends = result.ends()
+    top, fast = ends["throughput"], ends["latency"]
+    text = (f"Frontier ends: {top['tps_per_gpu']:,.0f} total tokens/s per GPU ({top['deployment']}, concurrency "
+            f"{top['concurrency']}); {fast['tps_per_user']:.1f} tokens/s per user ({fast['deployment']}, "
+            f"concurrency {fast['concurrency']})")
+    if result.spec.name == article.MODEL:
+        c = article.constants()
+        text += (f"\n  the article (measured on GB300, its own 7 configurations): "
+                 f"{c['headline_tps_per_gpu']:,.0f} tokens/s per GPU and {c['headline_tps_per_user']:,.0f} "
+                 f"tokens/s per user; this plan: {top['tps_per_gpu'] / c['headline_tps_per_gpu']:.2f}x and "
+                 f"{fast['tps_per_user'] / c['headline_tps_per_user']:.2f}x of them")
+    return text

@@ -1,0 +1,53 @@
+"""``pdtune recipe``: srt-slurm recipes and ``vllm serve`` commands for rows of a ``pdtune plan --json``."""
+
+from __future__ import annotations
+
+import argparse
+
+from pdtune.commands._common import emit_json, non_negative_int, shared_flag
+
+EPILOG = """\
+For each --row K (a row number of the plan's table): deploy-row<K>-<deployment>.yaml (the srt-slurm recipe of the
+disaggregated deployment, sa-bench over concurrencies spanning its predicted curve), serve-row<K>-<...>.sh
+(the same engines as `vllm serve` commands), and measure-prefill-<layout>.yaml / measure-decode-<layout>.yaml
+(the isolated sweeps behind it, to measure first and feed back with pdtune plan --prefill-results/--decode-results).
+--measurements writes the isolated-sweep recipes of every layout in the plan's table.
+Every vLLM flag written is one vLLM 0.33.0 accepts (data/vllm/engine-args-0.33.0.txt).
+Example:
+  pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024 --json > plan.json
+  pdtune recipe plan.json --row 6 --out recipes/
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "recipe",
+        help="srt-slurm recipes and vllm serve commands for rows of a plan",
+        description="Write srt-slurm recipes for deployments of a `pdtune plan --json` output.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("plan", metavar="PLAN.json", help="output of pdtune plan --json")
+    p.add_argument("--row", type=non_negative_int, action="append", default=[], metavar="K",
+                   help="plan row to write (repeatable)")
+    p.add_argument("--measurements", action="store_true",
+                   help="also the isolated-sweep recipes of every layout in the plan's table")
+    shared_flag(p, "--out", required=True, help="folder to write into")
+    p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
+    shared_flag(p, "--json", help="list the files written as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdtune.plan import load_plan
+    from pdtune.recipe import write_recipes
+
+    data = load_plan(args.plan)
+    written = write_recipes(data, args.row, args.out, measurements=args.measurements, model_path=args.model_path)
+    if args.json:
+        emit_json({"written": [str(p) for p in written]})
+    else:
+        print(f"wrote {len(written)} files to {args.out}:")
+        for path in written:
+            print(f"  {path}")
+    return 0

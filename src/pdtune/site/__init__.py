@@ -1,0 +1,12 @@
+"""The book's build: everything that turns the chapters into the offline HTML book.
+
+* :mod:`.bookbuild` — the table-of-contents check ``make book`` runs first, and the Sphinx extension
+  that guards the offline assets and loads the vega bundle only on pages with a chart;
+* :mod:`.bookexec` — every chapter executed in parallel into a fresh jupyter-cache before Sphinx runs;
+* :mod:`.vendor` — the third-party JavaScript (vega bundle, MathJax) written from installed packages;
+* :mod:`.render` — how a chart reaches a page: the offline renderer, :func:`~pdtune.site.render.show`,
+  live explorers, and the static-build switch.
+
+Chart builders and their style live in :mod:`pdtune.charts`, which re-exports ``show`` and
+``live_explorer`` so a chapter imports what it draws from one place.
+"""

@@ -1,0 +1,291 @@
+"""What the workbook runs, with what: the parameters file, checked in full, and the chapters of the book.
+
+:func:`load_parameters` reads a parameters file into a :class:`~pdtune.scenario.Scenario`, refusing a key
+given twice, with every path it names made absolute and checked, the model, the GPU, the vLLM line and
+the topologies resolved (:func:`check_inputs`), so bad input stops before anything runs, naming the file
+and the key. :func:`book_chapters` lists the chapters of ``_toc.yml``; :func:`read_parameters_cell` reads
+the ``parameters`` cell each declares, and :func:`chapter_parameters` picks the values to inject into it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pdtune import versions
+from pdtune.errors import InputError
+from pdtune.gpus import GpuSpec, load_gpu
+from pdtune.model import load_model, models_dir
+from pdtune.paths import REPO_ROOT
+from pdtune.results import parse_gpus
+from pdtune.scenario import Scenario
+from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
+from pdtune.topology import parse_topology
+from pdtune.units import GiB
+
+
+#: Scenario fields that hold paths; a chapter receives them absolute.
+PATH_FIELDS: tuple[str, ...] = ("vllm_logs", "prefill_results", "decode_results", "disagg_results")
+
+
+#: Toc entries in this folder are chapters (notebooks); every other entry is a prose page.
+CHAPTER_DIR = "notebooks"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice: the second would silently win otherwise."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{key!r} is given twice (lines {seen[key]} and {key_node.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """A checked parameters file: the scenario as written, and the same with every path made absolute."""
+
+    source: Path
+    scenario: Scenario
+    resolved: Scenario
+
+    def values(self) -> dict[str, Any]:
+        """What a chapter may receive, by parameter name (lists, not tuples: papermill writes literals)."""
+        return self.resolved.to_dict()
+
+
+def load_parameters(path: str | os.PathLike[str]) -> Parameters:
+    """Read a parameters file and check it completely; :class:`InputError` names the file and the key.
+
+    Paths in the file are relative to the file's folder, or else to the repository (so the bundled files
+    can name ``data/clusters/...``). A file that names ``gpu`` but not ``gpu_memory_gib`` gets that GPU's
+    memory from ``data/gpus/gpus.csv`` rather than the article's GB300 figure.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise InputError(source, "-", "no such parameters file")
+    try:
+        raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_StrictLoader)  # a SafeLoader subclass
+    except UnicodeDecodeError:
+        raise InputError(source, "-", "not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "-"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(source, where, f"not valid YAML: {problem}") from None
+    if raw is None:
+        raise InputError(source, "-", "the file is empty; write at least the model (data/params/README.md)")
+    if not isinstance(raw, dict):
+        raise InputError(source, "-", f"expected 'key: value' lines at the top, got a {type(raw).__name__}")
+    values = dict(raw)
+    for key in values:
+        if not isinstance(key, str):
+            raise InputError(source, str(key), "parameter names are words, not numbers")
+    if "gpu" in values and "gpu_memory_gib" not in values and isinstance(values["gpu"], str):
+        values["gpu_memory_gib"] = round(_gpu(source, values["gpu"]).memory_total / GiB, 2)
+    try:
+        scenario = Scenario.from_mapping(values, source=str(source))
+    except InputError as exc:
+        raise _with_yaml_hint(exc, values) from None
+    resolved = _resolve(scenario, source.parent, source)
+    check_inputs(resolved, source)
+    return Parameters(source=source, scenario=scenario, resolved=resolved)
+
+
+def _gpu(source: Path, name: str) -> GpuSpec:
+    try:
+        return load_gpu(name)
+    except InputError as exc:
+        raise InputError(source, "gpu", exc.message) from None
+
+
+def _with_yaml_hint(exc: InputError, values: dict[str, Any]) -> InputError:
+    """YAML reads ``vllm: 0.26`` as a number; say how to write it as text."""
+    value = values.get(exc.field)
+    text_field = typing.get_type_hints(Scenario).get(exc.field) is str
+    if text_field and exc.message.startswith("must be a string") and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        return InputError(exc.source, exc.field, f"{exc.message}; quote it in YAML: {exc.field}: \"{value}\"")
+    return exc
+
+
+def _resolve(scenario: Scenario, base: Path, source: Path) -> Scenario:
+    """The scenario with result paths, logs and a model given as a path made absolute; each must exist."""
+    changes: dict[str, Any] = {}
+    for name in PATH_FIELDS:
+        paths = []
+        for text in getattr(scenario, name):
+            path = scenario.resolve(text, base=base)
+            if not path.exists():
+                absolute = Path(text).expanduser().is_absolute()
+                where = "" if absolute else f" (looked in {base} and {REPO_ROOT})"
+                raise InputError(source, name, f"no such file or folder: {text}{where}")
+            if name == "vllm_logs" and not path.is_file():
+                raise InputError(source, name, f"a vLLM log is a file, got a folder: {text}")
+            paths.append(str(path.resolve()))
+        changes[name] = tuple(paths)
+    changes["model"] = _model_reference(scenario, base, source)
+    return replace(scenario, **changes)
+
+
+def _model_reference(scenario: Scenario, base: Path, source: Path) -> str:
+    """A bundled model stays a name (chapters print it); anything else becomes an absolute path."""
+    model = scenario.model
+    local = Path(model).expanduser()
+    bundled = (models_dir() / model / "config.json").is_file()
+    if bundled and not local.is_absolute() and not (base / local).exists():
+        return model
+    path = scenario.resolve(model, base=base)
+    if not path.exists():
+        bundled = ", ".join(sorted(p.parent.name for p in models_dir().glob("*/config.json")))
+        raise InputError(source, "model", f"{model!r} is neither a file or folder (relative to {base}) nor a "
+                                          f"bundled model ({bundled})")
+    return str(path.resolve())
+
+
+def check_inputs(scenario: Scenario, source: Path) -> None:
+    """Everything a chapter would trip over, checked once, before any chapter runs."""
+    try:
+        load_model(scenario.model)
+    except InputError as exc:
+        raise InputError(source, "model", f"{scenario.model}: {exc.field}: {exc.message}") from None
+    _gpu(source, scenario.gpu)
+    versions.parse(scenario.vllm, str(source))
+    for name in ("prefill_topologies", "decode_topologies"):
+        values = getattr(scenario, name)
+        if not values:
+            raise InputError(source, name, "the list is empty")
+        for text in values:
+            try:
+                parse_topology(text, str(source))
+            except InputError as exc:
+                raise InputError(source, name, exc.message) from None
+    if scenario.gpus.strip():
+        try:
+            parse_gpus(scenario.gpus, str(source))
+        except InputError as exc:
+            raise InputError(source, "gpus", exc.message) from None
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One notebook listed in the book's table of contents; ``source`` is None while nobody has written it."""
+
+    number: int
+    entry: str
+    source: Path | None
+
+    @property
+    def name(self) -> str:
+        """``01_state``: the entry's file name without its suffix, which names the executed notebook."""
+        entry = Path(self.entry)
+        return entry.stem if entry.suffix in (".md", ".ipynb") else entry.name
+
+    @property
+    def notebook(self) -> str:
+        return f"{self.name}.ipynb"
+
+    @property
+    def folder(self) -> str:
+        """The entry's folder inside the book (``notebooks``)."""
+        return str(Path(self.entry).parent)
+
+
+def book_chapters(book_root: Path = REPO_ROOT) -> list[Chapter]:
+    """The chapters of the book at ``book_root``, in reading order, from its ``_toc.yml``."""
+    book_root = Path(book_root)
+    entries = [e for e in toc_entries(book_root / TOC_NAME) if Path(e).parts[:1] == (CHAPTER_DIR,)]
+    return [Chapter(i, e, resolve_entry(book_root, e)) for i, e in enumerate(entries, start=1)]
+
+
+def read_chapter(path: Path) -> Any:
+    """A chapter as a notebook (jupytext reads MyST markdown and ``.ipynb`` alike)."""
+    import jupytext
+
+    return jupytext.read(path)
+
+
+@dataclass(frozen=True)
+class ParametersCell:
+    """A chapter's cell tagged ``parameters``, as Python reads it and as papermill lists it."""
+
+    names: tuple[str, ...]  # every name the cell assigns, in order (Python's own parser)
+    listed: dict[str, Any]  # what ``papermill --help-notebook`` lists: name -> type, default, help
+
+    @property
+    def unlisted(self) -> tuple[str, ...]:
+        """Assigned names papermill cannot read (it skips any line with a second ``=``, even in a comment)."""
+        return tuple(n for n in self.names if n not in self.listed)
+
+
+def read_parameters_cell(nb: Any) -> ParametersCell | None:
+    """The first code cell tagged ``parameters`` (None when there is none)."""
+    import logging
+
+    from papermill.translators import papermill_translators
+
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            kernel = nb.metadata.get("kernelspec", {})
+            translator = papermill_translators.find_translator(kernel.get("name", "python3"),
+                                                               kernel.get("language", "python"))
+            papermill_log = logging.getLogger("papermill")
+            level = papermill_log.level
+            papermill_log.setLevel(logging.ERROR)  # its "Unable to parse line" becomes a chapter note instead
+            try:
+                listed = {p.name: p for p in translator.inspect(cell)}
+            finally:
+                papermill_log.setLevel(level)
+            return ParametersCell(_assigned_names(cell.source), listed)
+    return None
+
+
+def _assigned_names(source: str) -> tuple[str, ...]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ()
+    names: list[str] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
+    return tuple(names)
+
+
+def chapter_parameters(names: Iterable[str], values: dict[str, Any]) -> dict[str, Any]:
+    """The values to inject: the names the chapter assigns that the scenario knows, nothing else."""
+    return {name: values[name] for name in names if name in values}
+
+
+def _declaration_notes(cell: ParametersCell | None, values: dict[str, Any]) -> list[str]:
+    if cell is None:
+        return ["no cell tagged 'parameters': the chapter ran with its own values"]
+    notes = []
+    unknown = [n for n in cell.names if n not in values]
+    if unknown:
+        notes.append(f"kept its own value for {', '.join(unknown)} (not a workbook parameter)")
+    if cell.unlisted:
+        notes.append(f"papermill cannot read the parameters-cell line of {', '.join(cell.unlisted)} (a "
+                     "second '=' on it, perhaps in the comment): set anyway, but --help-notebook omits it")
+    untyped = [n for n, p in cell.listed.items() if p.inferred_type_name in (None, "None")]
+    if untyped:
+        notes.append(f"parameters without a type annotation: {', '.join(untyped)}")
+    return notes

@@ -1,0 +1,479 @@
+"""Running the workbook: every chapter executed with papermill, in a pool, into a folder that appears whole.
+
+Each chapter runs in its own process (papermill changes the working folder), ``jobs`` at a time, with a
+progress bar per chapter drawn from the workers' cell events. A failing chapter does not stop the others:
+it is reported with the cell (and its line in the chapter's source) where it failed, and its executed
+notebook, error included, is kept. Everything is written into a hidden staging folder beside the output
+folder and renamed into place at the end, so the output folder appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue as queue_module
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdtune.errors import InputError
+from pdtune.paths import REPO_ROOT
+from pdtune.site.bookbuild import TOC_NAME
+from pdtune.site.bookexec import kernel_env
+from pdtune.site.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
+from pdtune.workbook.minibook import HtmlBuild, build_html
+from pdtune.workbook.parameters import (
+    CHAPTER_DIR,
+    PATH_FIELDS,
+    Chapter,
+    Parameters,
+    ParametersCell,
+    _declaration_notes,
+    book_chapters,
+    chapter_parameters,
+    read_chapter,
+    read_parameters_cell,
+)
+from pdtune.workbook.summary import SUMMARY_JSON, _summary, _write_summary, key_numbers
+
+
+#: Seconds one cell may run, as ``_config.yml``'s ``execute.timeout`` allows the book build.
+CELL_TIMEOUT = 300
+
+
+_PROGRESS_ENGINE = "pdtune-progress"
+
+
+@dataclass(frozen=True)
+class ChapterResult:
+    """How one chapter went. ``status`` is ``ok``, ``failed`` or ``missing``."""
+
+    number: int
+    name: str
+    entry: str
+    status: str
+    notebook: str | None = None  # file name inside the output folder
+    seconds: float | None = None
+    cell: int | None = None  # 1-based position of the failing cell among the chapter's cells
+    line: int | None = None  # its first line in the chapter's source file
+    section: str | None = None  # the heading above it
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed_at(self) -> str:
+        """``cell 12 (line 142 of notebooks/03_graphs.md, under "Graph counts")``; empty when unknown."""
+        if self.cell is None:
+            return "" if self.line is None else f"line {self.line} of {self.entry}"
+        where = [f"line {self.line} of {self.entry}"] if self.line else []
+        if self.section:
+            where.append(f'under "{self.section}"')
+        return f"cell {self.cell}" + (f" ({', '.join(where)})" if where else "")
+
+    def describe(self) -> str:
+        if self.status == "ok":
+            return f"ok in {self.seconds:.1f} s"
+        if self.status == "missing":
+            return f"missing: {self.entry} is listed in {TOC_NAME} but does not exist"
+        return f"FAILED{' at ' + self.failed_at if self.failed_at else ''}: {self.error}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        if self.status == "failed":
+            out["failed_at"] = self.failed_at
+        return out
+
+
+@dataclass(frozen=True)
+class WorkbookResult:
+    out: Path
+    chapters: tuple[ChapterResult, ...]
+    summary: dict[str, Any]
+    html: HtmlBuild | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status == "ok" for c in self.chapters) and (self.html is None or self.html.built)
+
+    @property
+    def failures(self) -> list[ChapterResult]:
+        return [c for c in self.chapters if c.status != "ok"]
+
+
+@dataclass(frozen=True)
+class _Job:
+    index: int
+    source: str
+    output: str
+    parameters: dict[str, Any]
+    cwd: str
+    source_label: str  # the chapter's path inside the book, recorded in the notebook's metadata
+    cell_timeout: int
+
+
+#: Set in each worker process by :func:`_init_worker`: where cell-progress events go.
+_progress_queue: Any = None
+
+
+_engine_registered = False
+
+
+def _init_worker(progress: Any, env: dict[str, str]) -> None:
+    global _progress_queue
+    _progress_queue = progress
+    os.environ.update(env)
+    # Kernels inherit this process's stderr and greet it with start-up warnings; what a chapter prints or
+    # raises is in its notebook, and a failure is reported from there.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    # Executed notebooks are read outside the book too: every chart must carry its own vega bundle;
+    # nobody will move an explorer's sliders, so it leaves its note rather than a widget without state.
+    os.environ.pop(STATIC_BUILD_ENV, None)
+    os.environ[NO_WIDGETS_ENV] = "1"
+
+
+def _progress_engine() -> str:
+    """A papermill engine that reports each finished cell and keeps the notebook of an interrupted run."""
+    global _engine_registered
+    if _engine_registered:
+        return _PROGRESS_ENGINE
+    import nbformat
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class ProgressEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, **kwargs: Any) -> Any:
+            index = kwargs.pop("pdtune_index")
+            output = kwargs.pop("pdtune_output")
+            complete = nb_man.cell_complete
+            done = 0
+
+            def cell_complete(cell: Any, cell_index: int | None = None, **kw: Any) -> None:
+                nonlocal done
+                complete(cell, cell_index=cell_index, **kw)
+                done += 1
+                if _progress_queue is not None:
+                    _progress_queue.put((index, done, len(nb_man.nb.cells)))
+
+            nb_man.cell_complete = cell_complete
+            try:
+                return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+            except Exception:
+                # papermill saves the notebook itself only for an error raised inside a cell; after a
+                # timeout or a dead kernel keep what ran (the cells not reached stay 'pending').
+                nbformat.write(nb_man.nb, output)
+                raise
+
+    papermill_engines.register(_PROGRESS_ENGINE, ProgressEngine)
+    _engine_registered = True
+    return _PROGRESS_ENGINE
+
+
+def _execute(job: _Job) -> dict[str, Any]:
+    """Run one chapter (in a worker process); never raises for a chapter's own error."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    started = time.monotonic()
+    result: dict[str, Any] = {"status": "ok", "notes": []}
+    source = Path(job.source)
+    output = Path(job.output)
+    try:
+        nb = read_chapter(source)
+        if _progress_queue is not None:
+            _progress_queue.put((job.index, 0, len(nb.cells) + (1 if job.parameters else 0)))
+        papermill.execute_notebook(
+            nb,
+            str(output),
+            parameters=job.parameters,
+            engine_name=_progress_engine(),
+            request_save_on_cell_execute=False,
+            progress_bar=False,
+            cwd=job.cwd,
+            execution_timeout=job.cell_timeout,
+            pdtune_index=job.index,
+            pdtune_output=str(output),
+        )
+    except PapermillExecutionError as exc:
+        result.update(status="failed", error=f"{exc.ename}: {exc.evalue}", **_locate(source, exc.source))
+    except Exception as exc:  # a timeout, a dead kernel, an unreadable chapter: still this chapter's failure
+        message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        result.update(status="failed", error=message, **_locate(source, _running_cell(output)))
+    result["seconds"] = time.monotonic() - started
+    if output.is_file():
+        _record_source(output, job.source_label)
+    return result
+
+
+def _running_cell(output: Path) -> str:
+    """The source of the last code cell that started in a partly executed notebook ('' if none did)."""
+    if not output.is_file():
+        return ""
+    last = ""
+    for cell in json.loads(output.read_text(encoding="utf-8")).get("cells", []):
+        status = cell.get("metadata", {}).get("papermill", {}).get("status")
+        if cell.get("cell_type") == "code" and status not in (None, "pending"):
+            text = cell.get("source", "")
+            last = text if isinstance(text, str) else "".join(text)
+    return last
+
+
+def _locate(source: Path, cell_source: str) -> dict[str, Any]:
+    """Where a cell sits in a chapter: position, first line, the heading above it ({} if not found)."""
+    wanted = cell_source.strip()
+    if not wanted:
+        return {}
+    found: dict[str, Any] = {}
+    section = None
+    for position, cell in enumerate(read_chapter(source).cells, start=1):
+        if cell.cell_type == "markdown":
+            headings = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
+            section = headings[-1] if headings else section
+        elif cell.source.strip() == wanted:
+            found = {"cell": position, "section": section}
+            break
+    text = source.read_text(encoding="utf-8")
+    at = text.find(wanted)
+    if at >= 0:
+        found["line"] = text.count("\n", 0, at) + 1
+    return found
+
+
+def _record_source(output: Path, source_label: str) -> None:
+    """papermill records a notebook given as an object by embedding it; record the chapter's path instead."""
+    import nbformat
+
+    nb = nbformat.read(output, as_version=4)
+    if not isinstance(nb.metadata.get("papermill", {}).get("input_path"), str):
+        nb.metadata.setdefault("papermill", {})["input_path"] = source_label
+        nbformat.write(nb, output)
+
+
+class _Bars:
+    """One progress bar per chapter, drawn by the parent process from the workers' cell events."""
+
+    def __init__(self, chapters: Sequence[Chapter], enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        width = max((len(c.name) for c in chapters), default=0)
+        self.bars = {
+            c.number: tqdm(total=1, desc=f"{c.number} {c.name:<{width}}", unit="cell", position=i, leave=True,
+                           disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+            for i, c in enumerate(chapters)
+        }
+
+    def update(self, index: int, done: int, total: int) -> None:
+        bar = self.bars.get(index)
+        if bar is None:
+            return
+        if bar.total != total:
+            bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    def finish(self, index: int, status: str) -> None:
+        bar = self.bars.get(index)
+        if bar is not None:
+            if status == "ok":
+                bar.n = bar.total
+            bar.set_postfix_str(status)
+            bar.refresh()
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def _run_jobs(jobs: Sequence[_Job], chapters: Sequence[Chapter], workers: int, progress: bool,
+              log: Callable[[str], None] | None = None) -> dict[int, dict]:
+    """Run the chapters ``workers`` at a time, in separate processes (papermill changes the working folder).
+
+    With ``progress`` each chapter has a bar; without, ``log`` gets a line as each chapter ends.
+    """
+    if not jobs:
+        return {}
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+    events = context.Queue()
+    bars = _Bars([c for c in chapters if c.number in {j.index for j in jobs}], progress)
+    outcomes: dict[int, dict[str, Any]] = {}
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
+                                 initializer=_init_worker, initargs=(events, kernel_env())) as pool:
+            futures: dict[Future, _Job] = {pool.submit(_execute, job): job for job in jobs}
+            pending = set(futures)
+            while pending:
+                try:
+                    index, done, total = events.get(timeout=0.1)
+                    bars.update(index, done, total)
+                    continue
+                except queue_module.Empty:
+                    pass
+                for future in [f for f in pending if f.done()]:
+                    pending.discard(future)
+                    job = futures[future]
+                    try:
+                        outcomes[job.index] = future.result()
+                    except Exception as exc:  # the worker process itself died
+                        outcomes[job.index] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                               "notes": []}
+                    bars.finish(job.index, outcomes[job.index]["status"])
+                    if log and not progress:
+                        name = next(c.name for c in chapters if c.number == job.index)
+                        log(f"{name} {outcomes[job.index]['status']} ({len(outcomes)} of {len(jobs)} done)")
+    finally:
+        bars.close()
+        events.close()
+    return outcomes
+
+
+def run_workbook(
+    params: Parameters,
+    out: str | os.PathLike[str],
+    *,
+    book_root: Path = REPO_ROOT,
+    html: bool = False,
+    force: bool = False,
+    jobs: int = 2,
+    cell_timeout: int = CELL_TIMEOUT,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> WorkbookResult:
+    """Run every chapter of the book at ``book_root`` for ``params`` into the folder ``out``.
+
+    Raises :class:`InputError` (and creates nothing) for bad parameters, an output folder that exists
+    without ``force``, or results pdtune cannot read. Chapter failures are results, not exceptions.
+    """
+    out = Path(out)
+    book_root = Path(book_root).resolve()
+    _check_out(out, force, params, book_root)
+    chapters = book_chapters(book_root)
+    if not chapters:
+        raise InputError(book_root / TOC_NAME, "chapters", f"lists no notebook under {CHAPTER_DIR}/")
+    if html and not (book_root / "_config.yml").is_file():
+        raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
+    # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
+    numbers = key_numbers(params.resolved)
+
+    values = params.values()
+    cells: dict[int, ParametersCell | None] = {}
+    outcomes: dict[int, dict[str, Any]] = {}
+    for c in chapters:
+        if c.source is None:
+            continue
+        try:
+            cells[c.number] = read_parameters_cell(read_chapter(c.source))
+        except Exception as exc:  # a chapter jupytext cannot read fails alone, like one that raises
+            error = f"cannot read the chapter: {exc}".splitlines()[0]
+            outcomes[c.number] = {"status": "failed", "error": error}
+    notes = {number: _declaration_notes(cell, values) for number, cell in cells.items()}
+    # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
+    # it would cost seconds each. A no-op when the dir is current.
+    from pdtune.site.vendor import VENDOR_DIR, write_vendor
+
+    write_vendor(VENDOR_DIR)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".pdtune-workbook-", dir=out.parent))
+    try:
+        _chmod_like_mkdir(staging)
+        prepared = []
+        for c in chapters:
+            if c.source is None or c.number not in cells:
+                continue
+            cell = cells[c.number]
+            prepared.append(_Job(
+                index=c.number, source=str(c.source), output=str(staging / c.notebook),
+                parameters=chapter_parameters(cell.names if cell else (), values), cwd=str(c.source.parent),
+                source_label=str(c.source.relative_to(book_root)), cell_timeout=cell_timeout,
+            ))
+        if log:
+            log(f"running {len(prepared)} of {len(chapters)} chapters, {jobs} at a time, into {out}")
+        outcomes.update(_run_jobs(prepared, chapters, jobs, progress, log))
+        results = tuple(
+            _chapter_result(c, outcomes.get(c.number), notes.get(c.number, []), staging, book_root)
+            for c in chapters
+        )
+        summary = _summary(numbers, params, results)
+        html_build = None
+        if html:
+            if log:
+                log("building the HTML book")
+            html_build = build_html(staging, chapters, results, summary, book_root)
+            summary["html"] = html_build.to_dict()
+        _write_summary(staging, summary, results)
+        _swap_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return WorkbookResult(out=out, chapters=results, summary=summary, html=html_build)
+
+
+def _chmod_like_mkdir(folder: Path) -> None:
+    """mkdtemp makes the folder private; the output folder should get the permissions ``mkdir`` gives."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+
+
+def _chapter_result(chapter: Chapter, outcome: dict[str, Any] | None, notes: list[str],
+                    staging: Path, book_root: Path) -> ChapterResult:
+    if chapter.source is None:
+        return ChapterResult(chapter.number, chapter.name, chapter.entry, "missing")
+    outcome = outcome or {"status": "failed", "error": "did not run"}
+    written = (staging / chapter.notebook).is_file()
+    return ChapterResult(
+        number=chapter.number,
+        name=chapter.name,
+        entry=str(chapter.source.relative_to(book_root)),
+        status=outcome["status"],
+        notebook=chapter.notebook if written else None,
+        seconds=outcome.get("seconds"),
+        cell=outcome.get("cell"),
+        line=outcome.get("line"),
+        section=outcome.get("section"),
+        error=outcome.get("error"),
+        notes=tuple(notes) + tuple(outcome.get("notes", [])),
+    )
+
+
+def _check_out(out: Path, force: bool, params: Parameters, book_root: Path) -> None:
+    """Refuse an existing folder unless ``force``; and even then only one this command wrote."""
+    if not out.exists():
+        if out.is_symlink():
+            raise InputError(out, "--out", "is a broken symbolic link")
+        return
+    if not force:
+        raise InputError(out, "--out", "already exists; pass --force to replace it")
+    if not out.is_dir():
+        raise InputError(out, "--out", "exists and is not a folder")
+    target = out.resolve()
+    inputs = [book_root, params.source.resolve(), *(Path(p) for name in PATH_FIELDS
+                                                    for p in getattr(params.resolved, name))]
+    for path in inputs:
+        if path == target or target in path.parents:
+            raise InputError(out, "--out", f"holds {path}, an input of this run; choose another folder")
+    if any(out.iterdir()) and not (out / SUMMARY_JSON).is_file():
+        # --force replaces a previous workbook, never an arbitrary folder
+        raise InputError(out, "--out", f"is not a workbook output (no {SUMMARY_JSON}); remove it yourself")
+
+
+def _swap_into_place(staging: Path, out: Path) -> None:
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=".pdtune-workbook-old-", dir=out.parent))
+        os.replace(out, old / "previous")
+        try:
+            os.replace(staging, out)
+        except OSError:
+            os.replace(old / "previous", out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out)

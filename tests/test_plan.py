@@ -1,0 +1,298 @@
+"""`pdtune plan`: the search for a GPU budget and an SLA, KV transfer in TTFT, mixed pools, the network charge."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdtune import article
+from pdtune.cli import main
+from pdtune.gpus import load_gpu
+from pdtune.frontier import frontier_matches_brute_force
+from pdtune.model import load_model
+from pdtune.paths import clusters_dir
+from pdtune.perfmodel import predict_decode
+from pdtune.plan import (
+    DEFAULT_FLOORS,
+    Plan,
+    PlanSettings,
+    Sla,
+    _undominated,
+    candidate_topologies,
+    plan,
+    spans_nvlink_domain,
+)
+from pdtune.topology import parse_topology
+
+#: What every plan row must carry (issue 12, "Must show").
+REQUIRED = ("gpus_total", "tps_per_gpu", "tps_per_user", "ttft_ms_p50", "kv_transfer_ms")
+INTEGER_COLUMNS = ("gpus_total", "gpus_prefill", "gpus_decode", "n_prefill_workers", "n_decode_workers",
+                   "concurrency", "prefill_concurrency", "decode_concurrency", "replicas_in_budget")
+
+
+def _settings(model: str, gpu: str, n: int, **kw: object) -> PlanSettings:
+    return PlanSettings(model=model, gpu=gpu, max_gpus=n, isl=8192, osl=1024, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def dsv3() -> Plan:
+    return plan(_settings("deepseek-v3", "gb200", 72), [Sla(min_tps_per_user=20)], require_sla=True)
+
+
+@pytest.fixture(scope="module")
+def article_plan() -> Plan:
+    return plan(_settings("qwen3.8-2.4t", "gb300", 72))
+
+
+@pytest.fixture(scope="module")
+def mixed() -> Plan:
+    return plan(_settings("qwen3-next-80b-a3b", "b200", 32, decode_gpu="h200"))
+
+
+def _check_rows(p: Plan) -> None:
+    table = p.table
+    assert len(table) and (table["gpus_total"] <= p.settings.max_gpus).all()
+    assert (p.rows["gpus_total"] <= p.settings.max_gpus).all()
+    for row in p.to_dict()["rows"]:
+        for key in REQUIRED:
+            assert row[key] is not None and row[key] > 0, key
+        for key in INTEGER_COLUMNS:
+            assert isinstance(row[key], int), (key, row[key])
+        assert row["gpus_total"] == row["gpus_prefill"] + row["gpus_decode"]
+        # TTFT = the prefill engine's TTFT + the KV transfer; the share is of the whole.
+        assert row["ttft_ms_p50"] == pytest.approx(row["prefill_ttft_ms"] + row["kv_transfer_ms"])
+        assert row["kv_transfer_share"] == pytest.approx(row["kv_transfer_ms"] / row["ttft_ms_p50"])
+        assert row["tps_per_user"] == pytest.approx(1000 / row["tpot_ms_p50"])
+
+
+def test_deepseek_v3_on_72_gb200_every_row_has_the_columns(dsv3: Plan) -> None:
+    _check_rows(dsv3)
+    (pick,) = dsv3.picks
+    assert pick.met and pick.sla.min_tps_per_user == 20
+    row = dsv3.row(pick.row)
+    assert row["tps_per_user"] >= 20 and row["on_frontier"]
+    # The pick is the best row meeting the floor: no feasible row with >= 20 tokens/s per user does better.
+    ok = dsv3.rows[dsv3.rows["tps_per_user"] >= 20]
+    assert row["tps_per_gpu"] == pytest.approx(ok["tps_per_gpu"].max())
+    assert dsv3.modeled and dsv3.counts["frontier_rows_network_charged"] == 0  # 72 GPUs: one NVL72 domain
+    assert set(dsv3.table["kv_link"]) == {"nvlink"}
+
+
+def test_the_frontier_is_the_undominated_set_of_the_feasible_rows(dsv3: Plan) -> None:
+    front = dsv3.frontier
+    assert frontier_matches_brute_force(front)
+    x, y = dsv3.rows["tps_per_user"].to_numpy(), dsv3.rows["tps_per_gpu"].to_numpy()
+    for fx, fy in zip(front["tps_per_user"], front["tps_per_gpu"], strict=True):
+        assert not ((x >= fx) & (y >= fy) & ((x > fx) | (y > fy))).any()
+
+
+def test_plan_cli_json_is_what_recipe_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "deepseek-v3", "--gpu", "gb200", "--max-gpus", "72", "--isl", "8192", "--osl", "1024",
+                 "--min-tps-per-user", "20", "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["generator"] == "pdtune plan" and data["modeled"] is True
+    assert data["picks"][0]["met"] and data["rows"]
+    for row in data["rows"]:
+        assert all(row[k] is not None for k in REQUIRED)
+        assert all(isinstance(row[k], int) for k in INTEGER_COLUMNS)
+        assert row["curve_concurrencies"] == sorted(row["curve_concurrencies"])
+        assert row["concurrency"] in row["curve_concurrencies"]
+
+
+def test_the_articles_model_frontier_ends_beside_5000_and_180(article_plan: Plan,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The article's headline numbers come from data/article/constants.csv; the plan prints its ends beside
+    them. The plan searches far more layouts than the article's seven configurations (decode engines of up to
+    64 GPUs), so its latency end can pass 180; within the article's own layouts it lands on it."""
+    _check_rows(article_plan)
+    c = article.constants()
+    ends = article_plan.ends()
+    top, fast = ends["throughput"]["tps_per_gpu"], ends["latency"]["tps_per_user"]
+    print(f"plan ends: {top:,.0f} tokens/s per GPU, {fast:.1f} tokens/s per user; article "
+          f"{c['headline_tps_per_gpu']:,.0f} and {c['headline_tps_per_user']:.0f}")
+    assert 0.5 < top / c["headline_tps_per_gpu"] < 2 and 0.5 < fast / c["headline_tps_per_user"] < 2
+    fifty = next(p for p in article_plan.picks if p.sla.min_tps_per_user == 50)
+    assert fifty.met and article_plan.row(fifty.row)["tps_per_user"] >= 50
+    assert [p.sla.min_tps_per_user for p in article_plan.picks] == list(DEFAULT_FLOORS)
+    own = plan(_settings("qwen3.8-2.4t", "gb300", 72, prefill_topologies=("TEP8", "TP4DP2+EP", "TP2DP4+EP"),
+                         decode_topologies=("TEP8", "TP4DP4+EP")))
+    own_fast = own.ends()["latency"]["tps_per_user"]
+    assert abs(own_fast / c["headline_tps_per_user"] - 1) < 0.1, own_fast
+    assert main(["plan", "qwen3.8-2.4t", "--gpu", "gb300", "--max-gpus", "72", "--isl", "8192", "--osl",
+                 "1024"]) == 0
+    out = capsys.readouterr().out
+    assert "MODELED" in out and ">= 50 tokens/s per user: row" in out
+    assert f"{c['headline_tps_per_gpu']:,.0f} tokens/s per GPU and {c['headline_tps_per_user']:,.0f}" in out
+
+
+def test_hybrid_rows_with_different_tp_set_one_block_size(article_plan: Plan) -> None:
+    rows = article_plan.rows
+    mismatch = rows["prefill_block_tokens"] != rows["decode_block_tokens"]
+    assert mismatch.any()
+    fixed = rows.loc[mismatch, "block_size_to_set"].astype(int)
+    expected = np.maximum(rows.loc[mismatch, "prefill_block_tokens"], rows.loc[mismatch, "decode_block_tokens"])
+    assert (fixed.to_numpy() == expected.to_numpy()).all()
+    assert rows.loc[~mismatch, "block_size_to_set"].isna().all()
+
+
+def test_mixed_pool_b200_prefill_h200_decode(mixed: Plan) -> None:
+    _check_rows(mixed)
+    t = mixed.table
+    assert set(t["prefill_gpu"]) == {"b200"} and set(t["decode_gpu"]) == {"h200"}
+    assert set(mixed.rows["kv_link"]) == {"scale_out"}  # GPU kinds never share NVLink
+    assert {c.gpu for c in mixed.candidates if c.role == "prefill"} == {"b200"}
+    assert {c.gpu for c in mixed.candidates if c.role == "decode"} == {"h200"}
+    # 50 GB/s ConnectX-7 on both ends: every transfer is at least the bytes over 50 GB/s.
+    for key, tr in mixed.transfers.items():
+        assert tr["link"]["bandwidth_gb_s"] == 50, key
+
+
+def test_groups_over_an_nvlink_domain_are_charged_and_flagged(mixed: Plan) -> None:
+    """On H200 (8 GPUs per NVLink domain) a 16-GPU decode group is a candidate whose collectives the model
+    charges at the NIC's 50 GB/s; every row built on it says so, and no row with a group over 8 GPUs goes
+    unflagged."""
+    h200, b200 = load_gpu("h200"), load_gpu("b200")
+    for row in mixed.rows.itertuples():
+        spans = spans_nvlink_domain(b200, parse_topology(row.prefill_topology)) or spans_nvlink_domain(
+            h200, parse_topology(row.decode_topology))
+        assert row.network_charged == spans
+        if row.network_charged:
+            assert "16-GPU group over 2 NVLink domains" in row.network_groups
+    assert mixed.counts["rows_network_charged"] > 0
+    # The charge is real: the same TEP16 decode on an H200 whose NVLink domain held 16 GPUs would be faster.
+    spec = load_model("qwen3-next-80b-a3b")
+    tep16 = parse_topology("TEP16")
+    charged = predict_decode(spec, h200, tep16, [64], isl=8192, osl=1024)[0]
+    uncharged = predict_decode(spec, replace(h200, nvlink_domain=16), tep16, [64], isl=8192, osl=1024)[0]
+    assert charged.tpot_ms > uncharged.tpot_ms
+
+
+def test_16_h200_never_spans_a_domain_uncharged_and_says_which_rows_do() -> None:
+    p = plan(_settings("qwen3-next-80b-a3b", "h200", 16))
+    _check_rows(p)
+    h200 = load_gpu("h200")
+    for row in p.rows.itertuples():
+        spans = spans_nvlink_domain(h200, parse_topology(row.prefill_topology)) or spans_nvlink_domain(
+            h200, parse_topology(row.decode_topology))
+        assert row.network_charged == spans
+        # Two HGX nodes: a deployment over 8 GPUs moves its KV cache over the NIC.
+        assert row.kv_link == ("nvlink" if row.gpus_total <= 8 else "scale_out")
+    assert p.counts["rows_network_charged"] == int(p.rows["network_charged"].sum())
+    wide = plan(_settings("deepseek-v3", "h200", 24))  # 3 nodes: TP8 prefill + TEP16 decode fits
+    flagged = wide.rows[wide.rows["network_charged"]]
+    assert len(flagged) and flagged["network_groups"].str.contains("NVLink domains").all()
+
+
+def test_measured_sweeps_replace_the_model_and_keep_their_label() -> None:
+    """The committed modeled dataset read back as isolated sweeps: its files say "modeled": true, so the rows
+    stay modeled, with the files named as their source."""
+    root = clusters_dir() / "gb300-qwen3.8-modeled"
+    p = plan(_settings("qwen3.8-2.4t", "gb300", 72), prefill_results=[str(root / "prefill")],
+             decode_results=[str(root / "decode")])
+    _check_rows(p)
+    assert p.table["prefill_source"].str.startswith("modeled: ").all()
+    assert p.table["prefill_source"].str.contains("gb300-qwen3.8-modeled").all()
+    assert {c.topology for c in p.candidates if c.role == "prefill"} <= {
+        parse_topology(t).canonical for t in ("TP4DP2+EP", "TP2DP4+EP", "TP4DP4+EP", "TP2DP8+EP", "DP16+EP",
+                                              "TP1PP6+EP", "TP1PP8+EP", "TP8+EP", "TP16+EP")}
+    # Decode-only sweeps ran at ISL 1: points beyond the engines' KV room at 8192 + 1024 are dropped.
+    assert p.counts["decode_points_above_kv_room"] > 0
+
+
+def test_a_ttft_limit_is_met_by_the_pick() -> None:
+    p = plan(_settings("qwen3-next-80b-a3b", "h200", 16), [Sla(min_tps_per_user=50, max_ttft_ms=200)])
+    (pick,) = p.picks
+    assert pick.met
+    row = p.row(pick.row)
+    assert row["ttft_ms_p50"] <= 200 and row["tps_per_user"] >= 50
+
+
+def test_candidate_layouts() -> None:
+    dense = [t.canonical for t in candidate_topologies(load_model("llama-3.1-70b"), 8)]
+    assert dense == ["TP1", "TP2", "TP4", "TP8"]
+    moe = {t.canonical for t in candidate_topologies(load_model("deepseek-v3"), 4)}
+    assert moe == {"TP1", "DP2+EP", "TP2", "TEP2", "DP4+EP", "TP2DP2+EP", "TP4", "TEP4"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=1, max_size=30))
+def test_pruned_points_are_exactly_the_beaten_ones(points: list[tuple[int, int]]) -> None:
+    """A point is dropped iff another point has at least its capacity and at most its latency and is not the
+    same point (of several identical points one stays)."""
+    cap = np.array([float(c) for c, _ in points])
+    lat = np.array([float(t) for _, t in points])
+    keep = _undominated(cap, lat)
+    for i in range(len(points)):
+        beaten = ((cap >= cap[i]) & (lat <= lat[i]) & ((cap > cap[i]) | (lat < lat[i]))).any()
+        if beaten:
+            assert not keep[i]
+    kept = {(cap[i], lat[i]) for i in np.flatnonzero(keep)}
+    undominated = {(cap[i], lat[i]) for i in range(len(points))
+                   if not ((cap >= cap[i]) & (lat <= lat[i]) & ((cap > cap[i]) | (lat < lat[i]))).any()}
+    assert kept == undominated and keep.sum() == len(kept)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+BASE = ["plan", "deepseek-v3", "--gpu", "gb200", "--isl", "8192", "--osl", "1024"]
+
+
+def _bad(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_a_budget_below_the_smallest_deployment(capsys: pytest.CaptureFixture[str]) -> None:
+    _bad([*BASE, "--max-gpus", "8"], capsys, "8 GPUs are fewer than the smallest deployment", "16 GPUs")
+
+
+def test_an_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    _bad(["plan", "deepseek-v3", "--gpu", "mi300x", "--max-gpus", "72", "--isl", "8192", "--osl", "1024"],
+         capsys, "unknown GPU 'mi300x'")
+    _bad([*BASE, "--decode-gpu", "a100", "--max-gpus", "72"], capsys, "unknown GPU 'a100'")
+
+
+def test_an_sla_nothing_meets_names_the_closest_and_writes_nothing(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "recipes"
+    _bad([*BASE, "--max-gpus", "72", "--min-tps-per-user", "1000", "--recipes", str(out)], capsys,
+         "no deployment within the budget meets it", "the closest is", "tokens/s per user")
+    assert not out.exists()
+    _bad([*BASE, "--max-gpus", "72", "--max-ttft-ms", "1"], capsys, "TTFT <= 1 ms", "the closest is")
+
+
+def test_other_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _bad([*BASE, "--max-gpus", "1"], capsys, "at least 2 GPUs")
+    _bad([*BASE, "--max-gpus", "72", "--calibration", str(tmp_path / "cal.yaml")], capsys, "--calibration")
+    _bad([*BASE, "--max-gpus", "72", "--prefill-topologies", "TP3X"], capsys, "topology")
+    article_plan = ["plan", "qwen3.8-2.4t", "--gpu", "gb300", "--max-gpus", "72", "--isl", "8192", "--osl", "1024"]
+    decode = clusters_dir() / "gb300-qwen3.8-modeled" / "decode"
+    _bad([*article_plan, "--prefill-results", str(decode)], capsys, "--prefill-results holds decode results")
+    params = tmp_path / "short.yaml"
+    params.write_text("model: qwen3.8-2.4t\ngpu: gb300\nconcurrencies: [1, 8]\nprefill_topologies: [TEP8]\n"
+                      "decode_topologies: [TEP8]\ndisagg_configs: [1xTEP8:1xTEP8]\n"
+                      "prefill_workload: {isl: 4096, osl: 2}\n", encoding="utf-8")
+    assert main(["dataset", "generate", "--params", str(params), "--out", str(tmp_path / "ds")]) == 0
+    capsys.readouterr()
+    _bad([*article_plan, "--prefill-results", str(tmp_path / "ds" / "prefill")], capsys,
+         "the prefill sweep ran ISL 4096, the plan is for ISL 8192")
+
+
+def test_summaries_for_the_chapter(dsv3: Plan) -> None:
+    summary = dsv3.search_summary()
+    assert list(summary["role"]) == ["prefill", "decode"]
+    assert summary["candidates"].sum() == len(dsv3.candidates)
+    assert summary["rejected"].sum() == len(dsv3.rejected) and summary["pruned"].sum() == len(dsv3.pruned)
+    transfers = dsv3.transfer_frame()
+    assert len(transfers) and (transfers["share_of_ttft_max"] < 1).all()
+    assert (transfers["kv_transfer_ms"] > 0).all()
