@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"    {d}" for d in cal.fitted_deployments]
     lines.append("  factors: " + ", ".join(f"{k}={v:.4g}" for k, v in cal.efficiency.to_dict().items()))
     if cal.held_out_deployments:
-        lines.append(f"  held out {len(cal.held_out_deployments)} deployments ({cal.held_out_rows} rows), never fitted on:")
+        lines.append(f"  held out {len(cal.held_out_deployments)} deployments ({cal.held_out_rows} rows), "
+                     "never fitted on:")
         lines += [f"    {d}" for d in cal.held_out_deployments]
         med, p90 = cal.held_out_error["median_abs_pct_error"], cal.held_out_error["p90_abs_pct_error"]
         lines.append("  held-out |error|: " + "; ".join(

@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         topo = parsed
         assert isinstance(topo, Topology)
         if mode == "prefill":
-            preds = predict_prefill(spec, gpu, topo, args.concurrency, isl=isl, osl=osl, config=config, efficiency=eff)
+            preds = predict_prefill(spec, gpu, topo, args.concurrency, isl=isl, osl=osl, config=config,
+                                    efficiency=eff)
         else:
             preds = predict_decode(
                 spec,

@@ -54,7 +54,8 @@ def add_selection_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, help=f"the GPU the rows were measured on ({', '.join(bundled_gpus())})")
     p.add_argument("--gpus", type=positive_int, metavar="N",
                    help="only rows of N GPUs (and the count of results that do not record one)")
-    p.add_argument("--topology", metavar="T", help="only rows of this topology (and the topology of rows without one)")
+    p.add_argument("--topology", metavar="T",
+                   help="only rows of this topology (and the topology of rows without one)")
     p.add_argument("--backend", default="vllm", metavar="NAME",
                    help="only rows served by NAME where the results say (default vllm; 'all' for every backend)")
 

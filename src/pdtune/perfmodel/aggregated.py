@@ -33,7 +33,8 @@ efficiency factors, which keeps calibration smooth):
 
 TTFT adds ``request_overhead_s`` (front end, tokenisation, streaming). The KV cache's room is vLLM's accounting at
 the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive); beyond it, and beyond
-``max_num_seqs``, vLLM preempts and the requests take turns: TPOT grows by ``k / R``. DP ranks share the load as in the decode sweep
+``max_num_seqs``, vLLM preempts and the requests take turns: TPOT grows by ``k / R``. DP ranks share the load as in
+the decode sweep
 (:func:`pdtune.perfmodel.sweeps._spread`); MoE layers keep them in lockstep. Pipeline stages run one after the
 other (no micro-batch overlap in aggregated serving).
 
@@ -250,12 +251,14 @@ def agg_plan(engine: Engine, concurrency: int, isl: int, osl: int, clustering: f
         if lo == 0:
             raise InputError("--concurrency", "concurrency", "must be at least 1")
         low = _level(engine, lo, 1, isl, osl, clustering, room)
-        plan = low if lo == requests else _mix(low, _level(engine, lo + 1, 1, isl, osl, clustering, room), requests - lo)
+        high = _level(engine, lo + 1, 1, isl, osl, clustering, room)
+        plan = low if lo == requests else _mix(low, high, requests - lo)
     else:
         per_rank = requests / dp
         lo = math.floor(per_rank)
         low = _level(engine, dp, lo, isl, osl, clustering, room)
-        plan = low if lo == per_rank else _mix(low, _level(engine, dp, lo + 1, isl, osl, clustering, room), per_rank - lo)
+        high = _level(engine, dp, lo + 1, isl, osl, clustering, room)
+        plan = low if lo == per_rank else _mix(low, high, per_rank - lo)
     return AggPlan(concurrency, plan.regime, plan.running, plan.ttft, plan.tpot, plan.kv_limited, plan.mixed)
 
 

@@ -321,7 +321,8 @@ class Engine:
 
     def _stage_time(self, index: int, batch: Batch, eff: Efficiency) -> StepTime:
         parts = {
-            name: w.time(self.gpu, eff, experts=name == "experts") for name, w in self._stage_work(index, batch).items()
+            name: w.time(self.gpu, eff, experts=name == "experts")
+            for name, w in self._stage_work(index, batch).items()
         }
         parts.update(self._comm_times(batch, index, eff))
         if batch.draft_passes and index == len(self.stages) - 1:
@@ -362,7 +363,8 @@ class Engine:
         for moe, count in ((True, info.moe), (False, info.layers - info.moe)):
             if count:
                 tp_b, ep_b, n = self._layer_comm_bytes(batch.tokens, batch.ep_tokens, moe=moe)
-                link_s += count * (tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards))
+                link_s += count * (tp_b / gpu.link_bandwidth(topo.tp)
+                                   + ep_b / gpu.link_bandwidth(topo.expert_shards))
                 calls += count * n
                 network_s += count * self._network_calls(n, moe=moe) * scale_out_latency(gpu.name)
         if batch.draft_passes and index == len(self.stages) - 1:
@@ -371,7 +373,8 @@ class Engine:
                 tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards)
             )
             calls += batch.draft_passes * n
-            network_s += batch.draft_passes * self._network_calls(n, moe=self.costs.mtp_moe) * scale_out_latency(gpu.name)
+            draft_calls = self._network_calls(n, moe=self.costs.mtp_moe)
+            network_s += batch.draft_passes * draft_calls * scale_out_latency(gpu.name)
         if index < len(self.stages) - 1:
             link_s += 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES / gpu.link_bandwidth(self._pp_group)
             calls += 1
@@ -446,7 +449,8 @@ class Engine:
             share = min(1.0, window / context) if window and context > window else 1.0
             pre_window = min(pre_pairs, batch.prefill_tokens * window) if window else pre_pairs
             sliding = Work(
-                {"bf16": (c.attn_pair_flops_prefill * pre_window + c.attn_pair_flops_decode * dec_pairs * share) / tp},
+                {"bf16": (c.attn_pair_flops_prefill * pre_window
+                          + c.attn_pair_flops_decode * dec_pairs * share) / tp},
                 (batch.kv_tokens_read * share + batch.tokens) * self.kv_bytes_per_token,
             )
             work["attention"] = full.scaled(info.attention) + sliding.scaled(info.sliding)

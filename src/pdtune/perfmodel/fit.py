@@ -33,8 +33,8 @@ from pdtune.perfmodel.validation import _Cache, _engine, compile_agg, model_key,
 
 #: The factors a fit moves (``arrival_clustering`` separately), with their bounds: physically plausible ranges.
 FIT_FACTORS: tuple[str, ...] = (
-    "compute", "expert_compute", "hbm", "expert_hbm", "link", "collective_latency_s", "step_overhead_s", "layer_overhead_s",
-    "request_overhead_s",
+    "compute", "expert_compute", "hbm", "expert_hbm", "link", "collective_latency_s", "step_overhead_s",
+    "layer_overhead_s", "request_overhead_s",
 )
 BOUNDS: dict[str, tuple[float, float]] = {
     "compute": (0.05, 1.0),
@@ -63,7 +63,8 @@ PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, s
                    layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
                    expert_compute=0.3, expert_hbm=0.7)
 
-_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1, "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
+_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
+          "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
           "layer_overhead_s": 1e-5, "request_overhead_s": 1e-2}
 
 
