@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pdtune.commands._common import emit_json, fraction_or_zero
+from pdtune.commands._common import emit_json, fraction_or_zero, shared_flag
 from pdtune.commands.validate import add_selection_arguments, load_selection
 from pdtune.perfmodel.calibrate import calibrate, write_calibration
 from pdtune.perfmodel.validation import METRICS
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="CAL.yaml", help="the calibration file to write")
     p.add_argument("--holdout", type=fraction_or_zero, default=0.25, metavar="F",
                    help="fraction of the deployments to hold out (default 0.25)")
-    p.add_argument("--json", action="store_true", help="machine-readable summary")
+    shared_flag(p, "--json", help="machine-readable summary")
     p.set_defaults(func=run)
 
 

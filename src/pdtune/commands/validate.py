@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from pdtune.commands._common import emit_json, positive_int
+from pdtune.commands._common import emit_json, positive_int, shared_flag
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec, bundled_gpus, load_gpu
 from pdtune.io import plain
@@ -43,14 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_selection_arguments(p)
     p.add_argument("--calibration", metavar="CAL", help="a calibration file from `pdtune calibrate`")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    shared_flag(p, "--json")
     p.set_defaults(func=run)
 
 
 def add_selection_arguments(p: argparse.ArgumentParser) -> None:
     """RESULTS..., --model, --gpu, --gpus, --topology: shared with ``pdtune calibrate``."""
     p.add_argument("results", nargs="+", metavar="RESULTS", help="result files or folders (any format pdtune reads)")
-    p.add_argument("--model", required=True, help="bundled model name, folder with config.json, or the file")
+    shared_flag(p, "--model", required=True)
     p.add_argument("--gpu", required=True, help=f"the GPU the rows were measured on ({', '.join(bundled_gpus())})")
     p.add_argument("--gpus", type=positive_int, metavar="N",
                    help="only rows of N GPUs (and the count of results that do not record one)")
