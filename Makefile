@@ -56,7 +56,7 @@ book-check: venv chromium assets
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_book_build.py tests/test_browser.py
 
 bench: venv
-	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
+	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status
 
 # The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
 # or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script
