@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench chromium clean distclean
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean
 
 venv: $(STAMP)
 
@@ -56,7 +56,20 @@ book-check: venv chromium assets
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_book_build.py tests/test_browser.py
 
 bench: venv
-	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
+	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status
+
+# The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
+# or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script
+# runs and prints its numbers; the target fails at the end if one of them missed its target.
+PEERS := .peers
+bench-peers: venv
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet aiconfigurator==0.12.0
+	@status=0; \
+	$(BIN)/python benchmarks/bench_validate.py --json _build/bench/heldout.json || status=1; \
+	$(BIN)/python benchmarks/bench_accuracy.py --heldout _build/bench/heldout.json || status=1; \
+	$(BIN)/python benchmarks/peer_timing.py || status=1; \
+	exit $$status
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -57,10 +57,11 @@ class GpuSpec:
     torch_total_known: bool = True
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak for math in ``dtype``; a format the GPU lacks runs at the next wider one it has."""
+        """Dense peak for math in ``dtype``; a format the GPU lacks runs in BF16 (FP4 weights on Hopper go through
+        W4A16 kernels that dequantize to BF16, as vLLM's Marlin and triton MXFP4 paths do)."""
         if dtype not in DTYPES:
             raise InputError(self.name, "dtype", f"unknown math format {dtype!r}; known: {', '.join(DTYPES)}")
-        for candidate in DTYPES[DTYPES.index(dtype) :: -1]:
+        for candidate in (dtype, "bf16"):
             if candidate in self.dense_flops:
                 return self.dense_flops[candidate]
         raise InputError(self.name, "bf16_dense_tflops", "missing")  # pragma: no cover - every row has bf16
@@ -68,6 +69,10 @@ class GpuSpec:
     def link_bandwidth(self, group_gpus: int) -> float:
         """Per-GPU bandwidth of a collective over ``group_gpus`` GPUs: NVLink in one domain, else the NIC."""
         return self.nvlink_bandwidth if group_gpus <= self.nvlink_domain else self.network_bandwidth
+
+    def crosses_network(self, group_gpus: int) -> bool:
+        """Whether a group of ``group_gpus`` GPUs spans more than one NVLink domain."""
+        return group_gpus > self.nvlink_domain
 
     @property
     def ridge_point(self) -> dict[str, float]:

@@ -7,6 +7,8 @@ The article names every engine layout by its parallel sizes. The grammar, case-i
 ``DP<n>``       data-parallel attention ranks; default 1
 ``PP<n>``       pipeline stages; default 1
 ``+EP``         experts split over all ``TP x DP`` ranks of a stage (expert parallelism)
+``+EP<n>``      experts split into ``n`` expert-parallel groups, each expert sliced over the
+                ``TP x DP / n`` GPUs of its group (MoE-TP x MoE-EP, as TensorRT-LLM and SGLang run it)
 ``TEP<n>``      shorthand for ``TP<n>+EP``: TP-``n`` attention with ``EP<n>`` experts
 ==============  =====================================================================================
 
@@ -39,12 +41,30 @@ class Topology:
     pp: int = 1
     expert_parallel: bool = False
     name: str = field(default="", compare=False)
+    ep_size: int | None = None  # expert-parallel groups when fewer than TP x DP (``+EP<n>``); None: all
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(self.name or "topology", key, f"must be a whole number >= 1, got {value!r}")
+        if self.ep_size is not None:
+            size = self.ep_size
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1 or self.gpus_per_stage % size:
+                raise InputError(
+                    self.name or "topology",
+                    "ep",
+                    f"EP{size} must divide the {self.gpus_per_stage} GPUs of a stage (TP x DP)",
+                )
+            # One spelling per layout: EP over all ranks is plain +EP, EP1 is no expert parallelism.
+            if size == self.gpus_per_stage:
+                object.__setattr__(self, "ep_size", None)
+                object.__setattr__(self, "expert_parallel", True)
+            elif size == 1:
+                object.__setattr__(self, "ep_size", None)
+                object.__setattr__(self, "expert_parallel", False)
+            else:
+                object.__setattr__(self, "expert_parallel", True)
         if not self.name:
             object.__setattr__(self, "name", self.canonical)
 
@@ -59,7 +79,14 @@ class Topology:
     @property
     def ep(self) -> int:
         """Expert-parallel size: GPUs one stage's experts are split over as whole experts (1 without EP)."""
-        return self.tp * self.dp if self.expert_parallel else 1
+        if not self.expert_parallel:
+            return 1
+        return self.ep_size if self.ep_size is not None else self.tp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        """GPUs each routed expert is sliced over: ``TP x DP / EP`` (all of them without EP)."""
+        return self.gpus_per_stage // self.ep
 
     @property
     def expert_shards(self) -> int:
@@ -69,7 +96,7 @@ class Topology:
     @property
     def canonical(self) -> str:
         """A name that parses back to this topology (``TEP8`` for TP8 with EP and nothing else)."""
-        if self.expert_parallel and self.dp == 1 and self.pp == 1 and self.tp > 1:
+        if self.expert_parallel and self.dp == 1 and self.pp == 1 and self.tp > 1 and self.ep_size is None:
             return f"TEP{self.tp}"
         parts = []
         if self.tp > 1 or (self.dp == 1 and self.pp == 1) or self.pp > 1:
@@ -78,7 +105,8 @@ class Topology:
             parts.append(f"DP{self.dp}")
         if self.pp > 1:
             parts.append(f"PP{self.pp}")
-        return "".join(parts) + ("+EP" if self.expert_parallel else "")
+        suffix = "" if not self.expert_parallel else f"+EP{self.ep_size}" if self.ep_size else "+EP"
+        return "".join(parts) + suffix
 
     def __str__(self) -> str:
         return self.name
@@ -91,9 +119,14 @@ def parse_topology(text: str, source: str = "--topology") -> Topology:
     name = re.sub(r"\s+", "", text).upper()
     if not name:
         raise InputError(source, "topology", "empty name; expected e.g. TP4DP2+EP, TEP8 or TP1PP6+EP")
-    body, expert_parallel = name, False
-    if body.endswith("+EP"):
-        body, expert_parallel = body[: -len("+EP")], True
+    body, expert_parallel, ep_size = name, False, None
+    ep_match = re.search(r"\+EP(\d*)$", body)
+    if ep_match:
+        body, expert_parallel = body[: ep_match.start()], True
+        if ep_match.group(1):
+            ep_size = int(ep_match.group(1))
+            if ep_size < 1:
+                raise InputError(source, "topology", f"{text!r}: EP{ep_match.group(1)} must be at least 1")
     pos = 0
     sizes: dict[str, int] = {}
     for match in _COMPONENT.finditer(body):
@@ -113,13 +146,15 @@ def parse_topology(text: str, source: str = "--topology") -> Topology:
             source,
             "topology",
             f"{text!r}: cannot read {bad!r}; expected TP<n>, DP<n>, PP<n> (any subset, once each) and an "
-            "optional +EP, or TEP<n>",
+            "optional +EP or +EP<n>, or TEP<n>",
         )
     if "TEP" in sizes:
         if expert_parallel:
             raise InputError(source, "topology", f"{text!r}: TEP already means expert parallelism; drop +EP")
         return Topology(sizes["TEP"], sizes.get("DP", 1), sizes.get("PP", 1), True, name)
-    return Topology(sizes.get("TP", 1), sizes.get("DP", 1), sizes.get("PP", 1), expert_parallel, name)
+    return Topology(
+        sizes.get("TP", 1), sizes.get("DP", 1), sizes.get("PP", 1), expert_parallel, name, ep_size
+    )
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,13 @@ def fraction(text: str) -> float:
     return value
 
 
+def fraction_or_zero(text: str) -> float:
+    value = non_negative_float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 #: Entries of one comma-separated list flag.
 MAX_LIST = 4096
 

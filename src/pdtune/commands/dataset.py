@@ -9,6 +9,7 @@ from pdtune.commands._common import emit_json, shared_flag
 from pdtune.dataset import (
     DEFAULT_DATASET,
     PARAMS_KEYS,
+    DatasetSpec,
     generate_dataset,
     generated_files,
     read_params,
@@ -46,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--decode-topologies", metavar="T1,T2", help="decode-only layouts (each with and without MTP)")
     gen.add_argument("--disagg", metavar="D1,D2", help="deployments, e.g. 1xTP2:1xTEP8+MTP,2xTP2:1xTP4")
     gen.add_argument("--concurrency", metavar="C1,C2", help="concurrencies of every sweep")
+    gen.add_argument("--calibration", metavar="CAL",
+                     help="predict with a calibration file's factors (from `pdtune calibrate`; needs --out)")
     gen.set_defaults(func=run_generate)
     chk = actions.add_parser(
         "inferencex", help="predicted vs measured for InferenceX's GB200 DeepSeek-R1 points"
@@ -67,6 +70,17 @@ def run_generate(args: argparse.Namespace) -> int:
             raise InputError("--out", "out", "a dataset of other parameters needs its own --out folder")
         params = read_params(args.params) if args.params else {}
         spec = spec_from_params({**params, **given}, args.params or "flags")
+    if args.calibration:
+        from dataclasses import replace
+
+        from pdtune.perfmodel.calibrate import load_calibration
+
+        if args.out is None:
+            raise InputError("--out", "out", f"--calibration writes a new dataset: give --out (data/clusters/"
+                                             f"{DEFAULT_DATASET} is the article's)")
+        spec = spec or DatasetSpec()
+        cal = load_calibration(args.calibration, model=spec.model, gpu=spec.gpu)
+        spec = replace(spec, efficiency=cal.efficiency)
     target = generate_dataset(args.out, spec)
     print(f"wrote {len(generated_files(target))} modeled files to {target}")
     return 0

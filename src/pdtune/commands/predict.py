@@ -25,14 +25,20 @@ from pdtune.perfmodel import (
     predict_disagg,
     predict_prefill,
 )
+from pdtune.perfmodel.aggregated import agg_plan, agg_prediction, serving_defaults
+from pdtune.perfmodel.calibrate import load_calibration
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.sweeps import DECODE_ISL, DECODE_OSL, DISAGG_ISL, DISAGG_OSL, PREFILL_ISL, PREFILL_OSL
+from pdtune.perfmodel.validation import MEASURED_OVERHEADS_GIB
+from pdtune.precision import parse_weights_dtype
 from pdtune.topology import Deployment, Topology, is_deployment, parse_deployment, parse_topology
 from pdtune.units import GiB
 
-MODES = ("prefill", "decode", "disagg")
+MODES = ("prefill", "decode", "agg", "disagg")
 DEFAULT_WORKLOAD = {
     "prefill": (PREFILL_ISL, PREFILL_OSL),
     "decode": (DECODE_ISL, DECODE_OSL),
+    "agg": (1024, 1024),
     "disagg": (DISAGG_ISL, DISAGG_OSL),
 }
 
@@ -40,8 +46,13 @@ EPILOG = """\
 Every number printed is MODELED by a roofline model (pdtune.perfmodel), not measured.
 Topologies: TP<n>, DP<n>, PP<n> in any combination with an optional +EP (experts over all TP x DP ranks),
 or TEP<n> (= TP<n>+EP); a disaggregated deployment is <x>x<prefill>:<y>x<decode>, e.g. 3xTP2DP4+EP:1xTEP8.
-Default workloads follow the article: prefill 8192/2, decode 1/1000, disagg 8192/1024.
+Default workloads follow the article: prefill 8192/2, decode 1/1000, disagg 8192/1024; agg (one server prefilling
+and decoding, closed loop) 1024/1024 with vLLM's own serving defaults (max-num-batched-tokens, max-num-seqs,
+0.9 of the memory, KV cache in the model dtype) unless flags say otherwise.
+Factors: --calibration CAL (from `pdtune calibrate`) or the GPU's defaults (data/perfmodel/defaults.csv).
 Examples:
+  pdtune predict gpt-oss-120b --gpu h200 --topology TP2 --mode agg --concurrency 4,16,64
+  pdtune predict llama-3.1-70b --gpu h100 --topology TP4 --mode agg --weights-dtype fp8
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TP4DP4+EP --mode decode --concurrency 1,8,64,512
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TEP8 --mode decode --mtp 3 --acceptance 0.25 --json
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology 4xTP2DP4+EP:1xTP4DP4+EP --concurrency 256,2560
@@ -62,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mode",
         choices=MODES,
-        help="prefill-only, decode-only or disaggregated (default: disagg for an x:y topology)",
+        help="prefill-only, decode-only, aggregated or disaggregated (default: disagg for an x:y topology)",
     )
     p.add_argument(
         "--concurrency",
@@ -93,18 +104,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="G",
         help="device memory torch reports, in GiB (default: the GPU table's)",
     )
-    shared_flag(p, "--gpu-memory-utilization", default=0.92, help=None)
-    shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8, as the article)")
+    shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: 0.9")
+    shared_flag(p, "--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
     shared_flag(p, "--vllm", default="0.26.1",
-                help="vLLM line whose state accounting applies (default 0.26.1, the article's)")
+                help="vLLM line whose state accounting and serving defaults apply (default 0.26.1, the article's)")
     p.add_argument(
-        "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"), default=8192,
-        help="per DP rank (default 8192)"
+        "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
+        help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",
     )
     p.add_argument(
         "--max-num-seqs", type=whole_flag(MAX_NUM_SEQS, "sequences per engine"),
         help="running requests per DP rank (default: KV room only)"
     )
+    p.add_argument("--weights-dtype", metavar="FMT",
+                   help="serve the weights as FMT (bf16, fp8, fp8-block, nvfp4, mxfp4, int4-w4a16), or "
+                        "dense=FMT,experts=FMT (default: the checkpoint's quantization_config)")
+    p.add_argument("--calibration", metavar="CAL", help="factors from `pdtune calibrate` (default: the GPU's)")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
 
@@ -117,28 +132,42 @@ def run(args: argparse.Namespace) -> int:
     parsed = parse_deployment(args.topology) if disagg_name else parse_topology(args.topology)
     mode = args.mode or ("disagg" if disagg_name else None)
     if mode is None:
-        raise InputError("--mode", "mode", "give --mode prefill|decode for a single-engine topology")
+        raise InputError("--mode", "mode", "give --mode prefill|decode|agg for a single-engine topology")
     if (mode == "disagg") != disagg_name:
         want = "<x>x<prefill>:<y>x<decode>" if mode == "disagg" else "a single engine such as TEP8"
         raise InputError("--topology", "topology", f"--mode {mode} needs {want}, got {args.topology!r}")
     if not 0 <= args.acceptance <= 1:
         raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {args.acceptance}")
-    if mode == "prefill" and args.mtp:
-        raise InputError("--mtp", "mtp", "MTP drafts decode tokens; a prefill-only sweep has none to draft")
+    if mode in ("prefill", "agg") and args.mtp:
+        raise InputError("--mtp", "mtp", f"MTP is not modeled for {mode} sweeps; use decode or disagg")
     isl, osl = DEFAULT_WORKLOAD[mode]
     isl = args.isl if args.isl is not None else isl
     osl = args.osl if args.osl is not None else osl
     spec = load_model(args.model)
+    if args.weights_dtype:
+        spec = parse_weights_dtype(args.weights_dtype, spec)
     gpu = load_gpu(args.gpu, memory_gib=args.gpu_memory_gib)
-    config = EngineConfig(
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_cache_dtype=args.kv_cache_dtype,
-        vllm=args.vllm,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-    )
+    if args.calibration:
+        from pdtune.commands.validate import model_name
+
+        cal = load_calibration(args.calibration, model=model_name(args.model), gpu=gpu.name)
+        eff, eff_source = cal.efficiency, f"calibration {args.calibration}"
+    else:
+        defaults = gpu_defaults(gpu.name)
+        eff, eff_source = defaults.efficiency, f"{gpu.name} defaults ({defaults.source})"
+    config = engine_config(args, mode, gpu)
     engines: dict[str, object] = {}
-    if mode == "disagg":
+    if mode == "agg":
+        topo = parsed
+        assert isinstance(topo, Topology)
+        engine = build_engine(spec, gpu, topo, isl=isl, osl=osl, config=config)
+        preds = [
+            agg_prediction(engine, agg_plan(engine, c, isl, osl, eff.arrival_clustering), isl, osl, eff)
+            for c in args.concurrency
+        ]
+        engines["agg"] = engine
+        label = topo.name
+    elif mode == "disagg":
         dep = parsed
         assert isinstance(dep, Deployment)
         preds = predict_disagg(
@@ -152,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
             acceptance=args.acceptance,
             prefill_config=config,
             decode_config=config,
+            efficiency=eff,
         )
         engines["prefill"] = build_engine(spec, gpu, dep.prefill, isl=isl, osl=osl, config=config)
         engines["decode"] = build_engine(
@@ -162,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         topo = parsed
         assert isinstance(topo, Topology)
         if mode == "prefill":
-            preds = predict_prefill(spec, gpu, topo, args.concurrency, isl=isl, osl=osl, config=config)
+            preds = predict_prefill(spec, gpu, topo, args.concurrency, isl=isl, osl=osl, config=config,
+                                    efficiency=eff)
         else:
             preds = predict_decode(
                 spec,
@@ -174,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
                 mtp_tokens=args.mtp,
                 acceptance=args.acceptance,
                 config=config,
+                efficiency=eff,
             )
         engines[mode] = build_engine(
             spec, gpu, topo, isl=isl, osl=osl, mtp_tokens=args.mtp if mode == "decode" else 0, config=config
@@ -192,13 +224,34 @@ def run(args: argparse.Namespace) -> int:
                 "osl": osl,
                 "mtp_tokens": args.mtp,
                 "acceptance": args.acceptance if args.mtp else None,
+                "weights": spec.weights.name,
+                "efficiency": eff.to_dict(),
+                "efficiency_source": eff_source,
                 "engines": memory,
                 "predictions": [p.to_dict() for p in preds],
             }
         )
     else:
         print(render(spec.name, gpu.name, mode, label, isl, osl, args.mtp, args.acceptance, memory, preds))
+        print(f"  weights {spec.weights.name}; factors: {eff_source}")
     return 0
+
+
+def engine_config(args: argparse.Namespace, mode: str, gpu: object) -> EngineConfig:
+    """The flags, else the article's settings, else (aggregated serving) vLLM's own defaults."""
+    if mode == "agg":
+        mnbt, seqs = serving_defaults(args.vllm, gpu)  # type: ignore[arg-type]
+        defaults = {"util": 0.9, "kv": "auto", "mnbt": mnbt, "seqs": seqs, "overheads": MEASURED_OVERHEADS_GIB}
+    else:
+        defaults = {"util": 0.92, "kv": "fp8", "mnbt": 8192, "seqs": None, "overheads": None}
+    return EngineConfig(
+        gpu_memory_utilization=args.gpu_memory_utilization or defaults["util"],
+        kv_cache_dtype=args.kv_cache_dtype or defaults["kv"],
+        vllm=args.vllm,
+        max_num_batched_tokens=args.max_num_batched_tokens or defaults["mnbt"],
+        max_num_seqs=args.max_num_seqs or defaults["seqs"],
+        overheads_gib=defaults["overheads"],
+    )
 
 
 def render(

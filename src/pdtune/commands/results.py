@@ -12,6 +12,7 @@ import pandas as pd
 from pdtune.commands._common import shared_flag
 from pdtune.io import atomic_write_text
 from pdtune.results import SIDECAR_NAME, TIDY_COLUMNS, load_results
+from pdtune.results.schema import EXTRA_COLUMNS
 
 #: What the plain-text view shows; --csv and --json carry every column.
 _SUMMARY = (
@@ -23,7 +24,7 @@ _SUMMARY = (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "results",
-        help="load AIPerf, vLLM bench, SGLang, srt-slurm or InferenceX results into one table",
+        help="load AIPerf, vLLM bench, SGLang, srt-slurm, InferenceX or aiconfigurator silicon results into one table",
         description=(
             "Folders are walked and each file's format recognised. tps_per_gpu is total tokens/s over all GPUs, "
             "output_tps_per_decode_gpu output tokens/s over decode GPUs, tps_per_user 1000 / median TPOT. "
@@ -57,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def records(df: pd.DataFrame) -> list[dict[str, object]]:
-    """Rows as JSON-ready dicts: NaN becomes null, numpy scalars plain numbers."""
+    """Rows as JSON-ready dicts: NaN becomes null, numpy scalars plain numbers (the tidy columns, then any
+    extra columns a format adds: backend, GPU, quantization, provenance)."""
     rows = []
-    for rec in df[list(TIDY_COLUMNS)].to_dict("records"):
+    columns = [*TIDY_COLUMNS, *(c for c in EXTRA_COLUMNS if c in df.columns)]
+    for rec in df[columns].to_dict("records"):
         clean: dict[str, object] = {}
         for key, value in rec.items():
             if hasattr(value, "item"):

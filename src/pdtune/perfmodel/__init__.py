@@ -1,4 +1,4 @@
-"""Roofline predictions of prefill-only, decode-only and disaggregated serving on a GPU spec.
+"""Roofline predictions of prefill-only, decode-only, aggregated and disaggregated serving on a GPU spec.
 
 Everything this package returns is **modeled**, never measured: throughput per GPU, TTFT and TPOT versus
 concurrency for an aggregated prefill-only server (ISL/OSL 8192/2 by default), a decode-only server (1/1000)
@@ -9,15 +9,23 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
   GDN's linear term, the MTP module);
 * :mod:`.engine` — one engine: weights and KV room per GPU, and the time of one step on the slowest stage;
 * :mod:`.sweeps` — closed-loop concurrency sweeps and the disaggregated rate balance;
-* :mod:`.calibration` — the five global efficiency factors and the MTP acceptance rate;
+* :mod:`.aggregated` — one vLLM server prefilling and decoding at once (chunked prefill, cohorts, the budget);
+* :mod:`.network` — what a collective costs inside one NVLink domain and beyond it;
+* :mod:`.calibration` — the global efficiency factors and the MTP acceptance rate;
+* :mod:`.defaults` — the factors each GPU uses by default, and their source;
+* :mod:`.validation` — predicted beside measured for every matching result row, and the error summaries;
+* :mod:`.fit`, :mod:`.calibrate`, :mod:`.heldout` — fitting the factors on measured sweeps, holding out whole
+  deployments, leave-one-model-out scores;
 * :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points;
 * :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """
 
+from pdtune.perfmodel.aggregated import AggPlan, agg_plan, predict_agg, serving_defaults
 from pdtune.perfmodel.calibration import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
 from pdtune.perfmodel.inferencex import inferencex_check
+from pdtune.perfmodel.network import CollectiveCost, collective_cost
 from pdtune.perfmodel.roofline import (
     PrefillCeiling,
     decode_roofline,
@@ -34,6 +42,12 @@ from pdtune.perfmodel.sweeps import (
 )
 
 __all__ = [
+    "AggPlan",
+    "CollectiveCost",
+    "agg_plan",
+    "collective_cost",
+    "predict_agg",
+    "serving_defaults",
     "DEFAULT_ACCEPTANCE",
     "DEFAULT_EFFICIENCY",
     "ROOFLINE",

@@ -23,18 +23,10 @@ from functools import cache
 
 from pdtune.model import LayerKind, ModelSpec
 from pdtune.params import ParameterCount, count_parameters
+from pdtune.precision import math_format
 
 #: GatedDeltaNet chunk length of the chunked prefill kernels (``chunk_gated_delta_rule``, BT = 64).
 GDN_CHUNK = 64
-
-
-def math_dtype(bytes_per_param: Fraction) -> str:
-    """The tensor-core format a weight class multiplies in: BF16 in BF16, FP8 in FP8, NVFP4/MXFP4 in FP4."""
-    if bytes_per_param >= 2:
-        return "bf16"
-    if bytes_per_param >= 1:
-        return "fp8"
-    return "fp4"
 
 
 @dataclass(frozen=True)
@@ -199,12 +191,12 @@ def model_costs(spec: ModelSpec) -> ModelCosts:
         hidden=h,
         vocab=spec.vocab_size,
         layers=layers,
-        dense_dtype=math_dtype(fmt.dense),
+        dense_dtype=math_format(fmt, "dense"),
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         expert_params=expert_params,
         expert_bytes=int(expert_params * fmt.experts),
-        expert_dtype=math_dtype(fmt.experts),
+        expert_dtype=math_format(fmt, "experts"),
         lm_head_params=lm_head,
         lm_head_bytes=int(lm_head * fmt.embedding),
         embedding_bytes=embedding_bytes,

@@ -24,8 +24,13 @@ them one after another):
 then communication, which vLLM does not overlap with compute: TP all-reduces (or, with DP attention, the
 reduce-scatter + all-gather of sequence-parallel MoE) and the expert all-gather / reduce-scatter of vLLM's
 default ``allgather_reducescatter`` all2all backend (dispatch in the experts' activation format, combine in
-bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call; pipeline stages
-send hidden state and residual to the next; and a fixed ``step_overhead_s``.
+bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call (a group larger
+than the NVLink domain moves its bytes over the scale-out network and pays its latency per call too:
+:mod:`pdtune.perfmodel.network`); pipeline stages send hidden state and residual to the next; and a fixed
+``step_overhead_s`` plus ``layer_overhead_s`` per layer of the stage.
+
+:meth:`Engine.step_terms` gives the same step as linear pieces with the efficiency factors left out
+(:class:`StepTerms`), so that calibration can re-evaluate thousands of steps for each trial set of factors.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pdtune.model import LayerKind, ModelSpec
 from pdtune.paths import article_dir
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
+from pdtune.perfmodel.network import group_bandwidth, scale_out_latency
 from pdtune.state import StatePlan, plan_state
 from pdtune.topology import Topology
 from pdtune.units import GiB, from_gib
@@ -130,6 +136,7 @@ class Batch:
     seqs: float  # sequences (fractional: an average over micro-batches or ranks)
     prefill_tokens: float = 0  # of ``tokens``: prefill (chunked kernels)
     attn_pairs: float = 0.0  # sum over the step's tokens of the keys each attends to
+    decode_pairs: float = 0.0  # of ``attn_pairs`` in a step with prefill: the decode tokens' (decode kernels)
     kv_tokens_read: float = 0.0  # sum over sequences of cached tokens read from the KV cache
     logits: float = 0  # tokens that go through the lm_head
     state_writes: int = 1  # recurrent states written per sequence (1 + K with K draft tokens)
@@ -161,10 +168,16 @@ class Work:
     flops: dict[str, float]
     bytes: float
 
-    def time(self, gpu: GpuSpec, eff: Efficiency) -> float:
-        """Roofline at the achieved fractions: compute-bound or memory-bound, whichever is slower."""
-        compute = sum(f / (gpu.peak_flops(d) * eff.compute) for d, f in self.flops.items())
-        return max(compute, self.bytes / (gpu.hbm_bandwidth * eff.hbm))
+    def time(self, gpu: GpuSpec, eff: Efficiency, *, experts: bool = False) -> float:
+        """Roofline at the achieved fractions: compute-bound or memory-bound, whichever is slower (``experts``:
+        the routed experts' grouped GEMMs, at ``expert_compute``)."""
+        fraction = eff.experts if experts else eff.compute
+        compute = sum(f / (gpu.peak_flops(d) * fraction) for d, f in self.flops.items())
+        return max(compute, self.bytes / (gpu.hbm_bandwidth * (eff.experts_hbm if experts else eff.hbm)))
+
+    def peak_seconds(self, gpu: GpuSpec) -> tuple[float, float]:
+        """(compute seconds, memory seconds) at 100 % of the peaks: the roofline's two sides."""
+        return (sum(f / gpu.peak_flops(d) for d, f in self.flops.items()), self.bytes / gpu.hbm_bandwidth)
 
     def scaled(self, factor: float) -> Work:
         return Work({d: f * factor for d, f in self.flops.items()}, self.bytes * factor)
@@ -188,6 +201,51 @@ class StepTime:
 
     def to_dict(self) -> dict[str, float]:
         return {**self.parts, "total": self.total}
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One step on one GPU as linear pieces, the efficiency factors left out.
+
+    ``seconds(eff)`` equals :meth:`Engine.step_time` ``(batch, eff).total`` (to rounding) for a one-stage
+    engine: each kind of work costs ``max(compute_s / compute, memory_s / hbm)``, communication
+    ``link_s / link`` plus ``calls x collective_latency_s`` (and the network latency for calls that leave the
+    NVLink domain), and the step ``step_overhead_s + layers x layer_overhead_s``.
+    """
+
+    compute_s: tuple[float, ...]  # per kind of work: seconds at the dense tensor-core peak
+    memory_s: tuple[float, ...]  # per kind of work: seconds at the HBM peak
+    experts: tuple[bool, ...]  # per kind of work: the routed experts (at expert_compute)
+    link_s: float  # communication seconds at 100 % of the links
+    calls: float  # collective calls, each costing collective_latency_s
+    network_s: float  # fixed network cost of the calls that leave the NVLink domain (seconds)
+    layers: int
+
+    def seconds(self, eff: Efficiency) -> float:
+        work = sum(
+            max(c / eff.experts, m / eff.experts_hbm) if x else max(c / eff.compute, m / eff.hbm)
+            for c, m, x in zip(self.compute_s, self.memory_s, self.experts, strict=True)
+        )
+        return (
+            work
+            + self.link_s / eff.link
+            + self.calls * eff.collective_latency_s
+            + self.network_s
+            + eff.step_overhead_s
+            + self.layers * eff.layer_overhead_s
+        )
+
+    def __add__(self, other: StepTerms) -> StepTerms:
+        """Two steps one after the other (pipeline stages in turn)."""
+        return StepTerms(
+            self.compute_s + other.compute_s,
+            self.memory_s + other.memory_s,
+            self.experts + other.experts,
+            self.link_s + other.link_s,
+            self.calls + other.calls,
+            self.network_s + other.network_s,
+            self.layers + other.layers,
+        )
 
 
 @dataclass(frozen=True)
@@ -263,17 +321,83 @@ class Engine:
         return best
 
     def _stage_time(self, index: int, batch: Batch, eff: Efficiency) -> StepTime:
-        parts = {name: w.time(self.gpu, eff) for name, w in self._stage_work(index, batch).items()}
+        parts = {
+            name: w.time(self.gpu, eff, experts=name == "experts")
+            for name, w in self._stage_work(index, batch).items()
+        }
         parts.update(self._comm_times(batch, index, eff))
         if batch.draft_passes and index == len(self.stages) - 1:
             mtp = self._layer_comm(batch.seqs, batch.seqs * self.topology.dp, moe=self.costs.mtp_moe, eff=eff)
             parts["mtp_draft"] = parts.get("mtp_draft", 0.0) + batch.draft_passes * mtp
         if index < len(self.stages) - 1:
-            link = self.gpu.link_bandwidth(2) * eff.link
+            link = group_bandwidth(self.gpu, self._pp_group, eff)
             hidden_and_residual = 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES
-            parts["pp_send"] = hidden_and_residual / link + eff.collective_latency_s
-        parts["overhead"] = eff.step_overhead_s
+            parts["pp_send"] = hidden_and_residual / link + eff.collective_latency_s + self._pp_network_latency
+        layers = self._stage_info[index].layers
+        parts["overhead"] = eff.step_overhead_s + layers * eff.layer_overhead_s
         return StepTime(parts)
+
+    @property
+    def _pp_group(self) -> int:
+        """Pipeline sends stay on NVLink while the whole engine fits one NVLink domain (2: a point-to-point)."""
+        return 2 if not self.gpu.crosses_network(self.topology.gpus) else self.gpu.nvlink_domain + 1
+
+    @property
+    def _pp_network_latency(self) -> float:
+        return scale_out_latency(self.gpu.name) if self.gpu.crosses_network(self.topology.gpus) else 0.0
+
+    def step_terms(self, batch: Batch) -> StepTerms:
+        """The step as :class:`StepTerms`, every pipeline stage in turn (their sum)."""
+        total: StepTerms | None = None
+        for index in range(len(self.stages)):
+            terms = self._stage_terms(index, batch)
+            total = terms if total is None else total + terms
+        assert total is not None
+        return total
+
+    def _stage_terms(self, index: int, batch: Batch) -> StepTerms:
+        gpu, topo = self.gpu, self.topology
+        works = self._stage_work(index, batch)
+        peaks = [w.peak_seconds(gpu) for w in works.values()]
+        info = self._stage_info[index]
+        link_s = calls = network_s = 0.0
+        for moe, count in ((True, info.moe), (False, info.layers - info.moe)):
+            if count:
+                tp_b, ep_b, n = self._layer_comm_bytes(batch.tokens, batch.ep_tokens, moe=moe)
+                link_s += count * (tp_b / gpu.link_bandwidth(topo.tp)
+                                   + ep_b / gpu.link_bandwidth(topo.expert_shards))
+                calls += count * n
+                network_s += count * self._network_calls(n, moe=moe) * scale_out_latency(gpu.name)
+        if batch.draft_passes and index == len(self.stages) - 1:
+            tp_b, ep_b, n = self._layer_comm_bytes(batch.seqs, batch.seqs * topo.dp, moe=self.costs.mtp_moe)
+            link_s += batch.draft_passes * (
+                tp_b / gpu.link_bandwidth(topo.tp) + ep_b / gpu.link_bandwidth(topo.expert_shards)
+            )
+            calls += batch.draft_passes * n
+            draft_calls = self._network_calls(n, moe=self.costs.mtp_moe)
+            network_s += batch.draft_passes * draft_calls * scale_out_latency(gpu.name)
+        if index < len(self.stages) - 1:
+            link_s += 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES / gpu.link_bandwidth(self._pp_group)
+            calls += 1
+            network_s += self._pp_network_latency
+        return StepTerms(
+            tuple(c for c, _ in peaks),
+            tuple(m for _, m in peaks),
+            tuple(name == "experts" for name in works),
+            link_s,
+            calls,
+            network_s,
+            info.layers,
+        )
+
+    def _network_calls(self, calls: int, *, moe: bool) -> int:
+        """Of a layer's collective calls, those whose group leaves the NVLink domain."""
+        topo, gpu = self.topology, self.gpu
+        if moe and topo.dp > 1:
+            ep_calls = 2 if gpu.crosses_network(topo.expert_shards) else 0
+            tp_calls = (calls - 2) if gpu.crosses_network(topo.tp) else 0
+            return ep_calls + tp_calls
+        return calls if gpu.crosses_network(topo.tp) else 0
 
     @cached_property
     def _stage_info(self) -> tuple[_StageInfo, ...]:
@@ -310,15 +434,24 @@ class Engine:
             work["experts"] = self._experts_work(batch.ep_tokens).scaled(info.moe)
         if (info.attention or info.sliding) and self.kv_bytes_per_token:
             # Pair FLOPs over the TP-sharded heads; the KV cache read and the new tokens written, per TP rank.
-            pair = c.attn_pair_flops_prefill if batch.prefill_tokens else c.attn_pair_flops_decode
+            # A step with prefill runs its prompt tokens through the prefill kernels (MLA un-absorbed) and its
+            # decode tokens, if any, through the decode kernels.
+            if batch.prefill_tokens:
+                pre_pairs, dec_pairs = batch.attn_pairs - batch.decode_pairs, batch.decode_pairs
+            else:
+                pre_pairs, dec_pairs = 0.0, batch.attn_pairs
+            pair_flops = c.attn_pair_flops_prefill * pre_pairs + c.attn_pair_flops_decode * dec_pairs
             kv = (batch.kv_tokens_read + batch.tokens) * self.kv_bytes_per_token
-            full = Work({"bf16": pair * batch.attn_pairs / tp}, kv)
-            # A sliding-window layer sees at most its window of the average context.
+            full = Work({"bf16": pair_flops / tp}, kv)
+            # A sliding-window layer sees at most its window: of the average context for a decode token, and
+            # of the positions before it for a prompt token.
             window = self.spec.attention.sliding_window if self.spec.attention else None
             context = batch.kv_tokens_read / batch.seqs if batch.seqs else 0.0
             share = min(1.0, window / context) if window and context > window else 1.0
+            pre_window = min(pre_pairs, batch.prefill_tokens * window) if window else pre_pairs
             sliding = Work(
-                {"bf16": pair * batch.attn_pairs * share / tp},
+                {"bf16": (c.attn_pair_flops_prefill * pre_window
+                          + c.attn_pair_flops_decode * dec_pairs * share) / tp},
                 (batch.kv_tokens_read * share + batch.tokens) * self.kv_bytes_per_token,
             )
             work["attention"] = full.scaled(info.attention) + sliding.scaled(info.sliding)
@@ -363,7 +496,7 @@ class Engine:
 
     def _comm_times(self, batch: Batch, index: int, eff: Efficiency) -> dict[str, float]:
         info = self._stage_info[index]
-        tp_time = ep_time = latency = 0.0
+        tp_time = ep_time = latency = network = 0.0
         for moe, count in ((True, info.moe), (False, info.layers - info.moe)):
             if not count:
                 continue
@@ -371,6 +504,7 @@ class Engine:
             tp_time += count * t
             ep_time += count * e
             latency += count * n * eff.collective_latency_s
+            network += count * self._network_calls(n, moe=moe) * scale_out_latency(self.gpu.name)
         out = {}
         if tp_time:
             out["tp_comm"] = tp_time
@@ -378,16 +512,29 @@ class Engine:
             out["ep_comm"] = ep_time
         if latency:
             out["collective_latency"] = latency
+        if network:
+            out["network_latency"] = network
         return out
 
     def _layer_comm(self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency) -> float:
         t, e, n = self._layer_comm_parts(tokens, ep_tokens, moe=moe, eff=eff)
-        return t + e + n * eff.collective_latency_s
+        total = t + e + n * eff.collective_latency_s
+        network = self._network_calls(n, moe=moe)
+        return total + network * scale_out_latency(self.gpu.name) if network else total
 
     def _layer_comm_parts(
         self, tokens: float, ep_tokens: float, *, moe: bool, eff: Efficiency
     ) -> tuple[float, float, int]:
-        """(TP seconds, EP seconds, collective calls) of one layer for one GPU.
+        """(TP seconds, EP seconds, collective calls) of one layer for one GPU (bytes from
+        :meth:`_layer_comm_bytes` over each group's achieved bandwidth)."""
+        tp_bytes, ep_bytes, calls = self._layer_comm_bytes(tokens, ep_tokens, moe=moe)
+        topo = self.topology
+        tp_link = group_bandwidth(self.gpu, topo.tp, eff)
+        ep_link = group_bandwidth(self.gpu, topo.expert_shards, eff)
+        return tp_bytes / tp_link, ep_bytes / ep_link, calls
+
+    def _layer_comm_bytes(self, tokens: float, ep_tokens: float, *, moe: bool) -> tuple[float, float, int]:
+        """(TP bytes, EP bytes, collective calls) of one layer for one GPU.
 
         * DP = 1: two all-reduces over TP (after the mixer, after the FFN/MoE): ``2 (t-1)/t`` of the
           activations each.
@@ -397,7 +544,7 @@ class Engine:
           the mixer output is reduce-scattered over TP and all-gathered again (one all-reduce's bytes).
         * DP > 1, dense layer: the TP all-reduces only.
         """
-        c, topo, gpu = self.costs, self.topology, self.gpu
+        c, topo = self.costs, self.topology
         t, d = topo.tp, topo.dp
         h = c.hidden
         tp_bytes = ep_bytes = 0.0
@@ -413,9 +560,7 @@ class Engine:
         elif t > 1:
             tp_bytes = 2 * 2 * (t - 1) / t * tokens * h * ACTIVATION_BYTES
             calls += 2
-        tp_link = gpu.link_bandwidth(t) * eff.link
-        ep_link = gpu.link_bandwidth(topo.expert_shards) * eff.link
-        return tp_bytes / tp_link, ep_bytes / ep_link, calls
+        return tp_bytes, ep_bytes, calls
 
 
 def _activation_bytes(expert_dtype: str) -> Fraction:

@@ -24,7 +24,8 @@ requests are decoding and ``C - B`` are in prefill (queued or running); the requ
 ``C - B`` requests equals the rate out of decode with ``B``. That balance has exactly one solution (one rate
 rises with ``B``, the other falls), found by bisection; decode holds at most its KV room.
 
-Latencies are modeled means: a deterministic model has no spread, so median and p99 equal the mean.
+Latencies are modeled means: a deterministic model has no spread, so median and p99 equal the mean. Every TTFT
+includes the efficiency's ``request_overhead_s`` (the front end's share; 0 in the article's factors).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
+from pdtune.perfmodel.network import collective_cost
 from pdtune.topology import Deployment, Topology
 
 #: Default workloads of the article.
@@ -315,7 +317,7 @@ def predict_prefill(
                 concurrency=c,
                 running=svc.running,
                 request_rate=svc.rate,
-                ttft_ms=1000 * ttft,
+                ttft_ms=1000 * (ttft + efficiency.request_overhead_s),
                 tpot_ms=1000 * tpot,
                 roofline_tps=svc.roofline_rate * (isl + osl),
                 kv_capacity=engine.capacity,
@@ -435,7 +437,7 @@ def predict_decode(
                 concurrency=c,
                 running=svc.running,
                 request_rate=svc.rate,
-                ttft_ms=1000 * (wait + cycle),
+                ttft_ms=1000 * (wait + cycle + efficiency.request_overhead_s),
                 tpot_ms=1000 * tpot,
                 roofline_tps=svc.roofline_rate * (isl + osl),
                 kv_capacity=engine.capacity,
@@ -474,7 +476,7 @@ def predict_disagg(
     x, y = deployment.n_prefill, deployment.n_decode
     context = isl + osl / 2
     decode_cap = y * decode.capacity
-    transfer = _kv_transfer_seconds(decode, isl, gpu, efficiency)
+    transfer = kv_transfer_seconds(decode, gpu, efficiency, deployment_gpus=deployment.gpus_total)
 
     def prefill_rate(n: float) -> float:
         return x * _prefill_service(prefill, n / x, isl, 1, efficiency).rate
@@ -525,7 +527,7 @@ def predict_disagg(
                 concurrency=c,
                 running=b,
                 request_rate=rate,
-                ttft_ms=1000 * ttft,
+                ttft_ms=1000 * (ttft + efficiency.request_overhead_s),
                 tpot_ms=1000 * tpot,
                 roofline_tps=roof * (isl + osl),
                 kv_capacity=decode_cap,
@@ -536,7 +538,9 @@ def predict_disagg(
     return out
 
 
-def _kv_transfer_seconds(decode: Engine, isl: int, gpu: GpuSpec, eff: Efficiency) -> float:
-    """Moving one request's prefilled state to the decode engine (NIXL over NVLink, one GPU's share)."""
+def kv_transfer_seconds(decode: Engine, gpu: GpuSpec, eff: Efficiency, *, deployment_gpus: int = 2) -> float:
+    """Moving one request's prefilled state to the decode engine, one GPU's share (NIXL): over NVLink while
+    the whole deployment fits one NVLink domain, else over the scale-out network with its latency."""
     per_rank = decode.plan.bytes_per_request  # one TP rank's state for the whole request
-    return per_rank / (gpu.link_bandwidth(2) * eff.link) + eff.collective_latency_s
+    cost = collective_cost(gpu, deployment_gpus if gpu.crosses_network(deployment_gpus) else 2, per_rank, 1, eff)
+    return cost.seconds

@@ -6,6 +6,7 @@ A folder is walked (hidden folders skipped); each file is recognised by name fir
 - ``benchmark-rollup.csv`` -> srt-slurm rollup, used only when the folder holds no result files it
   summarises (else every point would appear twice)
 - a CSV with ``Throughput/GPU (tok/s)`` -> InferenceX
+- a CSV with ``silicon_ttft_ms``/``silicon_tpot_ms`` -> aiconfigurator's silicon measurements
 - JSON with AIPerf metric objects -> AIPerf; JSON with ``max_concurrency``/``median_tpot_ms`` -> vLLM
   ``bench serve`` or SGLang ``bench_serving`` (told apart by their own keys)
 
@@ -24,7 +25,7 @@ import pandas as pd
 
 from pdtune import guarded
 from pdtune.errors import InputError
-from pdtune.results import aiperf, inferencex, sglang, srt_slurm, vllm_bench
+from pdtune.results import aic_silicon, aiperf, inferencex, sglang, srt_slurm, vllm_bench
 from pdtune.results._read import csv_header, read_records, read_text
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, SidecarFinder
 from pdtune.results.schema import Row, check_measured, frame
@@ -59,8 +60,11 @@ class _Loader:
                 return srt_slurm.rollup_rows(path, self.metadata.near(path))
             if inferencex.is_inferencex_header(header):
                 return inferencex.rows(path)
+            if aic_silicon.is_silicon_header(header):
+                return aic_silicon.rows(path)
             if explicit:
-                raise InputError(path, "header", "not an InferenceX export or an srt-slurm rollup")
+                raise InputError(path, "header", "not an InferenceX export, an srt-slurm rollup or an "
+                                                 "aiconfigurator silicon CSV")
             return []
         records = read_records(path, text)
         first = records[0]
@@ -143,6 +147,8 @@ class _Loader:
         row["tps_per_gpu"] = None if total is None else total / counts.total
         row["tps_per_user"] = None if tpot is None else 1000.0 / tpot
         row["output_tps_per_decode_gpu"] = None if output is None or counts.decode == 0 else output / counts.decode
+        if row.pop("_per_gpu_unknown", False):  # the GPU counts are a floor: no per-GPU figure
+            row["tps_per_gpu"] = row["output_tps_per_decode_gpu"] = None
         row.setdefault("modeled", False)
         return row
 

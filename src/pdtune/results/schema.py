@@ -48,6 +48,13 @@ FLOAT_COLUMNS = (
 
 MODES = ("prefill", "decode", "agg", "disagg")
 
+#: Text columns some formats add after :data:`TIDY_COLUMNS` (only when a loaded row has one of them):
+#: the serving backend, the GPU, how the weights were quantized, and where the row came from.
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "backend", "backend_version", "gpu", "system", "precision", "gemm_quant_mode", "moe_quant_mode",
+    "source_id", "provenance",
+)
+
 #: Keys a result file may carry to name its deployment (our performance model writes them; a reader may
 #: add them by hand to a real result).
 DEPLOYMENT_KEYS = (
@@ -201,7 +208,8 @@ def check_measured(row: Row, label: str, fields: dict[str, str]) -> None:
 
 
 def frame(rows: list[Row]) -> pd.DataFrame:
-    """Finished rows to a frame with :data:`TIDY_COLUMNS` in order and stable dtypes."""
+    """Finished rows to a frame with :data:`TIDY_COLUMNS` in order and stable dtypes (then any
+    :data:`EXTRA_COLUMNS` a row carries)."""
     data: dict[str, Any] = {}
     for col in TIDY_COLUMNS:
         values = [row.get(col) for row in rows]
@@ -213,7 +221,10 @@ def frame(rows: list[Row]) -> pd.DataFrame:
             data[col] = pd.Series([bool(v) for v in values], dtype=bool)
         else:
             data[col] = pd.Series([np.nan if v is None else float(v) for v in values], dtype=np.float64)
-    return pd.DataFrame(data, columns=list(TIDY_COLUMNS))
+    extras = [c for c in EXTRA_COLUMNS if any(row.get(c) is not None for row in rows)]
+    for col in extras:
+        data[col] = pd.Series([row.get(col) for row in rows], dtype=object)
+    return pd.DataFrame(data, columns=[*TIDY_COLUMNS, *extras])
 
 
 def empty_frame(columns: Sequence[str]) -> pd.DataFrame:

@@ -1,0 +1,203 @@
+"""``pdtune validate``: the performance model's prediction beside every matching measured row, with its error."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pdtune.commands._common import emit_json, shared_flag, whole_flag
+from pdtune.errors import InputError
+from pdtune.gpus import GpuSpec, load_gpu
+from pdtune.limits import MAX_GPUS
+from pdtune.io import plain
+from pdtune.model import ModelSpec, load_model
+from pdtune.perfmodel.calibrate import Calibration, load_calibration
+from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
+from pdtune.perfmodel.fit import deployment_key
+from pdtune.perfmodel.validation import METRICS, Selection, error_summary, select_rows, validate_rows
+from pdtune.results import GpuCounts, load_results
+from pdtune.topology import is_deployment, parse_deployment, parse_topology
+
+EPILOG = """\
+Each matching row is predicted at its own topology, concurrency, ISL/OSL, mode, vLLM version and weight precision,
+with the calibration file's factors or the GPU's defaults (data/perfmodel/defaults.csv). Predictions are MODELED;
+the rows are measurements. error = predicted / measured - 1; the summary gives the median and the 90th percentile
+of |error| in percent. Rows the model cannot predict are listed with the reason, never dropped.
+Examples:
+  pdtune validate data/clusters/aiconfigurator-silicon --model gpt-oss-120b --gpu h200
+  pdtune validate results/ --model llama-3.1-70b --gpu h100 --gpus 8 --topology TP8 --json
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="modeled vs measured: predict every matching result row and report the error",
+        description="Predict every measured row of MODEL on GPU and print predicted beside measured.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_selection_arguments(p)
+    p.add_argument("--calibration", metavar="CAL", help="a calibration file from `pdtune calibrate`")
+    shared_flag(p, "--json")
+    p.set_defaults(func=run)
+
+
+def add_selection_arguments(p: argparse.ArgumentParser) -> None:
+    """RESULTS..., --model, --gpu, --gpus, --topology: shared with ``pdtune calibrate``."""
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="result files or folders (any format pdtune reads)")
+    shared_flag(p, "--model", required=True)
+    p.add_argument("--gpu", required=True, help="the GPU the rows were measured on (data/gpus/gpus.csv lists them)")
+    p.add_argument("--gpus", type=whole_flag(MAX_GPUS, "GPUs"), metavar="N",
+                   help="only rows of N GPUs (and the count of results that do not record one)")
+    p.add_argument("--topology", metavar="T",
+                   help="only rows of this topology (and the topology of rows without one)")
+    p.add_argument("--backend", default="vllm", metavar="NAME",
+                   help="only rows served by NAME where the results say (default vllm; 'all' for every backend)")
+
+
+def model_name(text: str) -> str:
+    """The name rows are matched against: a bundled name as given, a folder's name, a config file's folder."""
+    path = Path(text)
+    if path.suffix == ".json":
+        return path.parent.name
+    return path.name or text
+
+
+def load_selection(args: argparse.Namespace) -> tuple[ModelSpec, GpuSpec, Selection, str]:
+    """Read the results, keep the rows of --model on --gpu (and --gpus, --topology)."""
+    if args.topology is not None:
+        layout = parse_deployment(args.topology) if is_deployment(args.topology) else parse_topology(args.topology)
+        gpus = layout.gpus_total if is_deployment(args.topology) else layout.gpus  # type: ignore[union-attr]
+        if args.gpus is not None and gpus != args.gpus:
+            raise InputError("--topology", "topology", f"{args.topology} is {gpus} GPUs but --gpus says {args.gpus}")
+    spec = load_model(args.model)
+    gpu = load_gpu(args.gpu)
+    counts = GpuCounts.aggregated(args.gpus) if args.gpus is not None else None
+    df = load_results(args.results, gpus=counts)
+    if args.topology is not None:
+        df = df.assign(topology=df["topology"].where(df["topology"].notna(), args.topology))
+    name = model_name(args.model)
+    selection = select_rows(df, name, gpu.name, gpus=args.gpus, topology=args.topology, backend=args.backend)
+    if not selection.used:
+        why = "; ".join(f"{n} {reason}" for reason, n in selection.skipped.items()) or "no rows"
+        raise InputError(", ".join(args.results), "model", f"no rows of {name} on {gpu.name} ({why})")
+    return spec, gpu, selection, name
+
+
+def run(args: argparse.Namespace) -> int:
+    spec, gpu, selection, name = load_selection(args)
+    calibration: Calibration | None = None
+    if args.calibration:
+        calibration = load_calibration(args.calibration, model=name, gpu=gpu.name)
+        eff, source = calibration.efficiency, f"calibration {args.calibration}"
+    else:
+        defaults = gpu_defaults(gpu.name)
+        eff, source = defaults.efficiency, f"defaults for {gpu.name} ({defaults.source}: {defaults.note})"
+    points = validate_rows(selection.rows, spec, gpu, eff)
+    points = mark_fitted(points, selection.rows, calibration)
+    summary = error_summary(points[points["predicted"] & ~points["fitted"]])
+    if args.json:
+        emit_json(report(points, selection, summary, eff, source, name, gpu.name))
+    else:
+        print(render(points, selection, summary, source, name, gpu.name))
+    return 0
+
+
+def mark_fitted(points: pd.DataFrame, rows: pd.DataFrame, calibration: Calibration | None) -> pd.DataFrame:
+    """``fitted``: the row's deployment is one the calibration was fitted on, so it is not scored."""
+    fitted = set(calibration.fitted_deployments) if calibration is not None else set()
+    keys = rows.apply(deployment_key, axis=1) if len(rows) else pd.Series(dtype=object)
+    out = points.copy()
+    out["deployment"] = [keys.get(i, "") for i in out["row"]] if len(out) else []
+    out["fitted"] = out["deployment"].isin(fitted) if len(out) else []
+    return out
+
+
+def report(
+    points: pd.DataFrame,
+    selection: Selection,
+    summary: dict[str, Any],
+    eff: Efficiency,
+    source: str,
+    model: str,
+    gpu: str,
+) -> dict[str, Any]:
+    cols = [c for c in points.columns if c != "row"]
+    records = [{k: plain(v) for k, v in r.items()} for r in points[cols].to_dict("records")]
+    scored = [r for r in records if r["predicted"] and not r["fitted"]]
+    return {
+        "modeled_vs_measured": True,
+        "model": model,
+        "gpu": gpu,
+        "efficiency": eff.to_dict(),
+        "efficiency_source": source,
+        "rows_used": int(len(points)),
+        "rows_skipped": selection.skipped,
+        "rows_predicted": int(points["predicted"].sum()),
+        "rows_fitted_on": int(points["fitted"].sum()),
+        "points": scored,
+        "fitted_on": [r for r in records if r["predicted"] and r["fitted"]],
+        "unpredicted": [
+            {k: r[k] for k in ("source", "path", "source_id", "mode", "topology", "isl", "osl", "concurrency",
+                               "reason")}
+            for r in records if not r["predicted"]
+        ],
+        "median_abs_pct_error": summary["median_abs_pct_error"],
+        "p90_abs_pct_error": summary["p90_abs_pct_error"],
+        "by_model_gpu_mode": summary["by_model_gpu_mode"],
+    }
+
+
+def render(
+    points: pd.DataFrame, selection: Selection, summary: dict[str, Any], source: str, model: str, gpu: str
+) -> str:
+    lines = [
+        f"MODELED predictions beside MEASURED rows: {model} on {gpu}; factors: {source}",
+        f"  {len(points)} rows used, {int(points['predicted'].sum())} predicted"
+        + (f", {int(points['fitted'].sum())} of them fitted on by the calibration (not scored)"
+           if points["fitted"].any() else ""),
+    ]
+    for reason, n in selection.skipped.items():
+        lines.append(f"  skipped {n} rows: {reason}")
+    lines.append(
+        f"  {'mode':<6} {'topology':<16} {'ISL/OSL':>10} {'conc':>5}  {'TTFT ms meas':>12} {'pred':>8} {'err':>6}"
+        f"  {'TPOT ms meas':>12} {'pred':>7} {'err':>6}  source"
+    )
+    for _, p in points[points["predicted"]].iterrows():
+        mark = " (fitted on)" if p["fitted"] else ""
+        where = f"{p['path']}" + (f"#{p['source_id']}" if p["source_id"] else "")
+        lines.append(
+            f"  {p['mode']:<6} {str(p['topology']):<16} {p['isl']:>5}/{p['osl']:<4} {p['concurrency']:>5}  "
+            f"{p['measured_ttft_ms_p50']:>12.1f} {p['predicted_ttft_ms_p50']:>8.1f} {_pct(p['ttft_ms_p50_error'])}  "
+            f"{p['measured_tpot_ms_p50']:>12.2f} {p['predicted_tpot_ms_p50']:>7.2f} {_pct(p['tpot_ms_p50_error'])}  "
+            f"{where}{mark}"
+        )
+    unpredicted = points[~points["predicted"]]
+    if len(unpredicted):
+        lines.append(f"  {len(unpredicted)} rows the model cannot predict (kept, not scored):")
+        for reason, n in unpredicted["reason"].value_counts().items():
+            lines.append(f"    {n} x {reason}")
+    med, p90 = summary["median_abs_pct_error"], summary["p90_abs_pct_error"]
+    lines.append("  |error| over the scored rows: " + "; ".join(
+        f"{m}: median {_num(med[m])} %, p90 {_num(p90[m])} %" for m in METRICS))
+    for g in summary["by_model_gpu_mode"]:
+        lines.append(
+            f"    {g['model']} / {g['gpu']} / {g['mode']} ({g['points']} rows): "
+            + ", ".join(f"{m} {_num(g['median_abs_pct_error'][m])} %" for m in METRICS)
+        )
+    lines.append("  tps_per_gpu: total tokens/s over all GPUs (derived by Little's law for rows that record none)")
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return "     -" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+5.0f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"

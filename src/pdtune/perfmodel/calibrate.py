@@ -1,0 +1,196 @@
+"""Calibration on a user's own sweeps: fit on some deployments, score on the others, write the file.
+
+:func:`calibrate` takes the measured rows of one model on one GPU, splits their deployments
+(:func:`pdtune.perfmodel.fit.split_deployments`: whole deployments, never single points), fits the global
+factors on the fit set only (:func:`pdtune.perfmodel.fit.fit_efficiency`, starting from the GPU's defaults),
+predicts the held-out deployments with the fitted factors and reports their error. The
+:class:`Calibration` it returns is what ``pdtune calibrate --out CAL.yaml`` writes and what ``pdtune predict``,
+``pdtune validate`` and ``pdtune dataset generate`` read back with :func:`load_calibration`::
+
+    pdtune_calibration: 1
+    model: gpt-oss-120b            # the model key (last path component of the results' model id)
+    gpu: h200
+    vllm: ["0.18.0"]               # vLLM versions of the rows fitted on
+    factors: {compute: 0.61, ...}  # an Efficiency
+    start: silicon                 # the defaults the fit started from
+    fitted_on: {deployments: [...], rows: 56, results: [...]}
+    held_out: {deployments: [...], rows: 19, median_abs_pct_error: {...}, p90_abs_pct_error: {...}}
+
+A file for another model or GPU than the one it is used with is rejected naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from pdtune import __version__, limits
+from pdtune.errors import InputError, brief
+from pdtune.guarded import read_yaml
+from pdtune.gpus import GpuSpec
+from pdtune.io import atomic_write_text
+from pdtune.model import ModelSpec
+from pdtune.perfmodel.calibration import FACTORS, Efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
+from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency, split_deployments
+from pdtune.perfmodel.validation import error_summary, model_key, validate_rows
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Calibration:
+    model: str
+    gpu: str
+    efficiency: Efficiency
+    vllm: tuple[str, ...] = ()
+    start: str = ""
+    fitted_deployments: tuple[str, ...] = ()
+    fitted_rows: int = 0
+    held_out_deployments: tuple[str, ...] = ()
+    held_out_rows: int = 0
+    held_out_error: dict[str, Any] = field(default_factory=dict)  # median/p90 |error| % per metric
+    results: tuple[str, ...] = ()
+    source: str = ""  # the file it was read from
+
+    def to_yaml(self) -> str:
+        doc = {
+            "pdtune_calibration": FORMAT_VERSION,
+            "model": self.model,
+            "gpu": self.gpu,
+            "vllm": list(self.vllm),
+            "factors": {k: float(v) for k, v in self.efficiency.to_dict().items()},
+            "start": self.start,
+            "fitted_on": {"deployments": list(self.fitted_deployments), "rows": self.fitted_rows,
+                          "results": list(self.results)},
+            "held_out": {"deployments": list(self.held_out_deployments), "rows": self.held_out_rows,
+                         **self.held_out_error},
+            "created_by": f"pdtune {__version__}",
+        }
+        head = ("# pdtune calibration: factors fitted on measured sweeps by `pdtune calibrate`; the held-out\n"
+                "# error is measured on deployments the fit never saw.\n")
+        return head + yaml.safe_dump(doc, sort_keys=False)
+
+    def check(self, model: str | None = None, gpu: str | None = None) -> Calibration:
+        """This calibration, if it is for ``model`` and ``gpu``; else a one-line InputError naming the field."""
+        where = self.source or "calibration"
+        if model is not None and model_key(model) != self.model:
+            raise InputError(where, "model", f"calibrated for {self.model}, not {model_key(model)}")
+        if gpu is not None and gpu.strip().lower() != self.gpu:
+            raise InputError(where, "gpu", f"calibrated for {self.gpu}, not {gpu.strip().lower()}")
+        return self
+
+
+def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | None = None) -> Calibration:
+    """Read a calibration file (checked against ``model`` and ``gpu`` when given)."""
+    source = Path(path)
+    raw = read_yaml(source)  # the guarded reader: file type, size, UTF-8, depth, aliases, duplicate keys
+    if not isinstance(raw, dict) or "pdtune_calibration" not in raw:
+        raise InputError(source, "pdtune_calibration", "missing: not a pdtune calibration file")
+    for key in ("model", "gpu", "factors"):
+        if key not in raw:
+            raise InputError(source, key, "missing")
+    factors = raw["factors"]
+    if not isinstance(factors, dict):
+        raise InputError(source, "factors", "expected a mapping of factor names to numbers")
+    unknown = sorted(set(factors) - set(FACTORS))
+    if unknown:
+        raise InputError(source, f"factors.{unknown[0]}", f"unknown factor; known: {', '.join(FACTORS)}")
+    values: dict[str, float] = {}
+    for name, value in factors.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(source, f"factors.{name}", f"expected a finite number, got {brief(value)}")
+        values[name] = float(value)
+    try:
+        eff = Efficiency(**values)
+    except InputError as exc:
+        raise InputError(source, f"factors.{exc.field}", exc.message) from None
+    fitted = raw.get("fitted_on") or {}
+    held = raw.get("held_out") or {}
+    for key in ("model", "gpu"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise InputError(source, key, f"expected a name, got {brief(raw[key])}")
+    for key, section in (("fitted_on", fitted), ("held_out", held)):
+        if not isinstance(section, dict):
+            raise InputError(source, key, f"expected a mapping, got {brief(section)}")
+        rows = section.get("rows")
+        if rows is not None:
+            limits.whole_number(rows, str(source), f"{key}.rows", minimum=0)
+        for item in ("deployments", "results"):
+            if section.get(item) is not None and not isinstance(section[item], list):
+                raise InputError(source, f"{key}.{item}", f"expected a list, got {brief(section[item])}")
+    if raw.get("vllm") is not None and not isinstance(raw["vllm"], list):
+        raise InputError(source, "vllm", f"expected a list of versions, got {brief(raw['vllm'])}")
+    cal = Calibration(
+        model=model_key(raw["model"]),
+        gpu=str(raw["gpu"]).strip().lower(),
+        efficiency=eff,
+        vllm=tuple(str(v) for v in raw.get("vllm") or ()),
+        start=str(raw.get("start") or ""),
+        fitted_deployments=tuple(str(d) for d in fitted.get("deployments") or ()),
+        fitted_rows=int(fitted.get("rows") or 0),
+        held_out_deployments=tuple(str(d) for d in held.get("deployments") or ()),
+        held_out_rows=int(held.get("rows") or 0),
+        held_out_error={k: held[k] for k in ("median_abs_pct_error", "p90_abs_pct_error") if k in held},
+        results=tuple(str(r) for r in fitted.get("results") or ()),
+        source=str(source),
+    )
+    return cal.check(model, gpu)
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    calibration: Calibration
+    held_out_points: pd.DataFrame  # the held-out rows predicted with the fitted factors
+    fit_unpredicted: dict[Any, str]
+
+
+def calibrate(
+    rows: pd.DataFrame,
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    model: str,
+    holdout_fraction: float = 0.25,
+    start: Efficiency | None = None,
+    results: Sequence[str] = (),
+) -> CalibrationRun:
+    """Fit on some deployments of ``rows`` (one model, one GPU), score the others, return the calibration."""
+    if not len(rows):
+        raise InputError("calibrate", "rows", "no measured rows of this model on this GPU")
+    keys = rows.apply(deployment_key, axis=1)
+    fit_keys, held_keys = split_deployments(list(keys), holdout_fraction)
+    fit_rows = rows[keys.isin(fit_keys)]
+    held_rows = rows[keys.isin(held_keys)]
+    assert not set(fit_rows.index) & set(held_rows.index)
+    defaults = gpu_defaults(gpu.name)
+    begin = start or defaults.efficiency
+    result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin)
+    held_points = validate_rows(held_rows, spec, gpu, result.efficiency) if len(held_rows) else pd.DataFrame()
+    summary = error_summary(held_points) if len(held_points) else {}
+    versions = sorted({str(v) for v in fit_rows.get("backend_version", pd.Series(dtype=object)).dropna()})
+    cal = Calibration(
+        model=model_key(model),
+        gpu=gpu.name,
+        efficiency=result.efficiency,
+        vllm=tuple(versions),
+        start=defaults.source if start is None else "given",
+        fitted_deployments=tuple(fit_keys),
+        fitted_rows=result.points,
+        held_out_deployments=tuple(held_keys),
+        held_out_rows=int(held_points["predicted"].sum()) if len(held_points) else 0,
+        held_out_error={k: summary[k] for k in ("median_abs_pct_error", "p90_abs_pct_error") if k in summary},
+        results=tuple(str(r) for r in results),
+    )
+    return CalibrationRun(cal, held_points, result.unpredicted)
+
+
+def write_calibration(path: str | Path, cal: Calibration) -> None:
+    atomic_write_text(path, cal.to_yaml(), "--out")
+

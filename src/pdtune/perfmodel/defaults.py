@@ -1,0 +1,143 @@
+"""Which factors a prediction uses when no calibration file is given, GPU by GPU, and where they came from.
+
+``data/perfmodel/defaults.csv`` holds one row per GPU with the factors of
+:class:`~pdtune.perfmodel.calibration.Efficiency` and a ``source`` column:
+
+* ``article``: GB300 and GB200 keep the article-tuned :data:`~pdtune.perfmodel.calibration.DEFAULT_EFFICIENCY`
+  (the book's modeled GB300 dataset and the InferenceX check were made with it);
+* ``silicon``: H100, H200, B200 and B300 use factors fitted on aiconfigurator's public vLLM measurements
+  (``data/clusters/aiconfigurator-silicon/``), every bundled model measured on that GPU; how they score on a
+  model they were not fitted on is the leave-one-model-out benchmark (``benchmarks/bench_validate.py``).
+
+``data/perfmodel/fit_defaults.py`` rewrites the file from the shipped data; its README says what it was fitted on.
+A GPU the file does not list uses the article's factors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from pdtune.errors import InputError, brief
+from pdtune.guarded import bundled, read_csv
+from pdtune.gpus import load_gpu
+from pdtune.model import bundled_models, load_model
+from pdtune.paths import clusters_dir, data_dir
+from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, FACTORS, Efficiency
+from pdtune.perfmodel.fit import PRIOR, Problem, fit_efficiency
+from pdtune.perfmodel.validation import model_key, select_rows
+
+#: The GPUs whose defaults are fitted on the public vLLM measurements; the others keep the article's.
+SILICON_GPUS = ("h100", "h200", "b200", "b300")
+
+
+def defaults_file() -> Path:
+    return data_dir() / "perfmodel" / "defaults.csv"
+
+
+@dataclass(frozen=True)
+class GpuDefaults:
+    gpu: str
+    efficiency: Efficiency
+    source: str  # article | silicon
+    note: str
+
+
+@cache
+def _table(path: str) -> dict[str, GpuDefaults]:
+    source = Path(path)
+    if not source.exists():
+        return {}
+    with bundled():  # the guarded reader; a broken row is the bundled data's fault
+        return _read_table(source)
+
+
+def _read_table(source: Path) -> dict[str, GpuDefaults]:
+    out: dict[str, GpuDefaults] = {}
+    _header, rows = read_csv(source)
+    for i, row in rows:
+        where = f"{source}:{i}"
+        values: dict[str, float] = {}
+        for name in FACTORS:
+            text = (row.get(name) or "").strip()
+            if text:
+                try:
+                    values[name] = float(text)
+                except ValueError:
+                    raise InputError(where, name, f"expected a number, got {brief(text)}") from None
+        gpu = (row.get("gpu") or "").strip().lower()
+        if not gpu:
+            raise InputError(where, "gpu", "empty")
+        out[gpu] = GpuDefaults(gpu, Efficiency(**values), (row.get("source") or "").strip(),
+                               (row.get("note") or "").strip())
+    return out
+
+
+def gpu_defaults(gpu: str) -> GpuDefaults:
+    """The default factors for ``gpu`` and their source."""
+    found = _table(str(defaults_file())).get(gpu.strip().lower())
+    if found is not None:
+        return found
+    return GpuDefaults(gpu, DEFAULT_EFFICIENCY, "article", "not in data/perfmodel/defaults.csv: the article's factors")
+
+
+def default_efficiency(gpu: str) -> Efficiency:
+    return gpu_defaults(gpu).efficiency
+
+
+def silicon_file() -> Path:
+    return clusters_dir() / "aiconfigurator-silicon" / "silicon_sample.csv"
+
+
+def silicon_problems(df: pd.DataFrame, gpus: Iterable[str] = SILICON_GPUS) -> dict[tuple[str, str], Problem]:
+    """The vLLM aggregated rows of every bundled model, per (model, GPU): what the defaults are fitted on."""
+    bundled = {name.lower(): name for name in bundled_models()}
+    rows = df[(df.get("backend") == "vllm") & (df["mode"] == "agg")]
+    out: dict[tuple[str, str], Problem] = {}
+    for key in sorted({model_key(m) for m in rows["model"]}):
+        if key not in bundled:
+            continue
+        spec = load_model(bundled[key])
+        for gpu in gpus:
+            sel = select_rows(rows, key, gpu)
+            if sel.used:
+                out[(key, gpu)] = Problem(spec, load_gpu(gpu), sel.rows)
+    return out
+
+
+def fit_gpu_defaults(
+    problems: dict[tuple[str, str], Problem], gpu: str, *, exclude: Sequence[str] = ()
+) -> tuple[Efficiency, list[str]]:
+    """Factors for ``gpu`` fitted on every problem of that GPU whose model is not in ``exclude`` (all GPUs'
+    such problems when the GPU has none), and the models they came from."""
+    mine = [(m, p) for (m, g), p in problems.items() if g == gpu and m not in exclude]
+    if not mine:
+        mine = [(m, p) for (m, g), p in problems.items() if m not in exclude]
+    if not mine:
+        raise InputError("defaults", "models", f"nothing to fit {gpu}'s defaults on")
+    result = fit_efficiency([p for _, p in mine], start=PRIOR)
+    return result.efficiency, sorted({m for m, _ in mine})
+
+
+def write_defaults(path: Path, rows: list[GpuDefaults], header_note: str) -> None:
+    """The CSV :func:`gpu_defaults` reads (``fit_defaults.py`` writes it)."""
+    names = list(FACTORS)
+    lines = [f"# {line}" for line in header_note.splitlines()]
+    lines.append(",".join(["gpu", *names, "source", "note"]))
+    for r in rows:
+        values = r.efficiency.to_dict()
+        cells = [r.gpu] + [_fmt(values.get(n)) for n in names] + [r.source, _quote(r.note)]
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace('"', "'") + '"' if ("," in text or '"' in text) else text

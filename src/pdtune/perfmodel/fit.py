@@ -1,0 +1,314 @@
+"""Fitting the model's global factors to measured sweeps, with whole deployments held out.
+
+A **deployment** is one model served on one GPU type with one layout and one weight precision
+(``mode``, ``topology``, quant modes); its rows are the sweep over concurrency and ISL/OSL. Calibration never
+splits a deployment: :func:`split_deployments` sends each deployment, with all its rows (repeated rows
+included), either to the fit or to the held-out set, and :func:`fit_efficiency` only ever sees the first.
+
+The fit (``scipy.optimize.least_squares``, robust ``soft_l1`` loss) minimises the log-ratio of predicted to
+measured TTFT and TPOT over the aggregated rows it is given. The time-like factors enter every prediction
+linearly through the step terms of :mod:`pdtune.perfmodel.engine`, so they are fitted on precomputed
+matrices (:class:`TermMatrix`); ``arrival_clustering`` changes which steps a point is made of, so it is searched
+in an outer one-dimensional loop (``scipy.optimize.minimize_scalar``), each trial value re-planning the points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares, minimize_scalar
+
+from pdtune.errors import InputError
+from pdtune.gpus import GpuSpec
+from pdtune.model import ModelSpec
+from pdtune.perfmodel.aggregated import agg_plan
+from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.validation import _Cache, _engine, compile_agg, model_key, row_setup
+
+#: The factors a fit moves (``arrival_clustering`` separately), with their bounds: physically plausible ranges.
+FIT_FACTORS: tuple[str, ...] = (
+    "compute", "expert_compute", "hbm", "expert_hbm", "link", "collective_latency_s", "step_overhead_s",
+    "layer_overhead_s", "request_overhead_s",
+)
+BOUNDS: dict[str, tuple[float, float]] = {
+    "compute": (0.05, 1.0),
+    "expert_compute": (0.05, 1.0),
+    "expert_hbm": (0.1, 1.0),
+    "hbm": (0.2, 1.0),
+    "link": (0.3, 1.0),  # NCCL and vLLM's custom all-reduce reach well over a third of NVLink on large messages
+    "collective_latency_s": (2e-6, 50e-6),  # one NVLink all-reduce launch and handshake
+    "step_overhead_s": (0.0, 20e-3),
+    "layer_overhead_s": (0.0, 300e-6),
+    "request_overhead_s": (0.0, 0.3),
+    "arrival_clustering": (0.0, 1.0),
+}
+#: How far a fit may wander from where it starts before the data must pay for it: one "sigma" of the prior that
+#: keeps few deployments from moving factors the data cannot tell apart (a per-step and a per-layer overhead, say).
+PRIOR_SIGMA = {"compute": 0.15, "expert_compute": 0.15, "hbm": 0.15, "expert_hbm": 0.2, "link": 0.25,
+               "collective_latency_s": 10e-6, "step_overhead_s": 0.5e-3, "layer_overhead_s": 20e-6,
+               "request_overhead_s": 0.02}
+#: A one-sigma departure costs what a 7 % error on every row of one model x GPU costs.
+PRIOR_WEIGHT = 0.07
+
+#: Where the public-data fits start and what they are pulled towards: physically reasoned round numbers (a third
+#: of the MoE kernels' and most of the dense kernels' peak, NVLink all-reduce latency of ~10 us, a 40 us floor per
+#: layer), not fitted to anything.
+PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, step_overhead_s=0.5e-3,
+                   layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
+                   expert_compute=0.3, expert_hbm=0.7)
+
+_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
+          "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
+          "layer_overhead_s": 1e-5, "request_overhead_s": 1e-2}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Measured rows of one model on one GPU type (already selected), to fit on or to score."""
+
+    spec: ModelSpec
+    gpu: GpuSpec
+    rows: pd.DataFrame
+
+
+def deployment_key(row: pd.Series | dict[str, Any]) -> str:
+    """What makes a deployment: model, GPU, mode, layout, weight precision (not vLLM version, not workload,
+    so that the same run exported twice is always one deployment)."""
+    get = row.get
+
+    def txt(name: str) -> str:
+        value = get(name)
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+    return " | ".join(
+        [model_key(get("model")), txt("gpu"), txt("mode"), txt("topology"), txt("precision"),
+         txt("gemm_quant_mode"), txt("moe_quant_mode")]
+    )
+
+
+def split_deployments(keys: Sequence[str], holdout_fraction: float = 0.25) -> tuple[list[str], list[str]]:
+    """(fit, held out): whole deployments, chosen by a stable hash of the key so every run splits the same way.
+
+    At least one deployment is held out when there are two or more; a single deployment is all fit (and the
+    caller has nothing to score it on).
+    """
+    unique = sorted(set(keys))
+    if not 0 <= holdout_fraction < 1:
+        raise InputError("--holdout", "holdout", f"must be a fraction in [0, 1), got {holdout_fraction}")
+    if len(unique) < 2 or holdout_fraction == 0:
+        return unique, []
+    ranked = sorted(unique, key=lambda k: hashlib.sha256(k.encode()).hexdigest())
+    n_held = min(len(unique) - 1, max(1, round(holdout_fraction * len(unique))))
+    held = sorted(ranked[:n_held])
+    return [k for k in unique if k not in held], held
+
+
+# ------------------------------------------------------------------------------------------- compiling
+
+
+@dataclass
+class TermMatrix:
+    """Every step of every point as arrays, and how each point's TTFT and TPOT weigh them."""
+
+    compute: np.ndarray  # steps x kinds, seconds at the compute peak (dense work)
+    expert: np.ndarray  # steps x kinds, the routed experts' seconds at the compute peak
+    memory: np.ndarray  # steps x kinds, seconds at the HBM peak (dense work)
+    expert_memory: np.ndarray  # steps x kinds, the routed experts' seconds at the HBM peak
+    link: np.ndarray  # steps
+    calls: np.ndarray
+    network: np.ndarray
+    layers: np.ndarray
+    w_ttft: np.ndarray  # points x steps
+    w_tpot: np.ndarray
+    ttft_overhead: np.ndarray  # points
+    measured_ttft: np.ndarray  # points, seconds
+    measured_tpot: np.ndarray
+    weight: np.ndarray  # points: 1 / sqrt(rows of the point's problem), so each model x GPU counts alike
+    index: list[Any]  # (problem number, row index) of each point
+
+    def times(self, eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+        work = (np.maximum(self.compute / eff.compute, self.memory / eff.hbm)
+                + np.maximum(self.expert / eff.experts, self.expert_memory / eff.experts_hbm)).sum(axis=1)
+        step = (work + self.link / eff.link + self.calls * eff.collective_latency_s + self.network
+                + eff.step_overhead_s + self.layers * eff.layer_overhead_s)
+        return self.w_ttft @ step + self.ttft_overhead * eff.request_overhead_s, self.w_tpot @ step
+
+
+@dataclass(frozen=True)
+class Compiled:
+    matrix: TermMatrix | None
+    unpredicted: dict[Any, str] = field(default_factory=dict)  # (problem, row) -> reason
+
+
+def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled:
+    """Plan every aggregated row of every problem at ``clustering``; rows that cannot be planned are listed."""
+    steps: list[Any] = []
+    step_index: dict[int, int] = {}
+    rows_ttft: list[list[tuple[int, float]]] = []
+    rows_tpot: list[list[tuple[int, float]]] = []
+    overhead, meas_ttft, meas_tpot, index = [], [], [], []
+    unpredicted: dict[Any, str] = {}
+
+    def slot(term: Any) -> int:
+        key = id(term)
+        if key not in step_index:
+            step_index[key] = len(steps)
+            steps.append(term)
+        return step_index[key]
+
+    for p_no, problem in enumerate(problems):
+        cache = _Cache()
+        for r_index, row in problem.rows.iterrows():
+            setup = row_setup(row, problem.spec)
+            where = (p_no, r_index)
+            if setup.mode != "agg":
+                unpredicted[where] = f"{setup.mode} rows are scored, not fitted"
+                continue
+            if setup.reason is not None:
+                unpredicted[where] = setup.reason
+                continue
+            isl, osl, c = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
+            try:
+                engine = _engine(cache, setup, problem.gpu, isl, osl)
+                point = compile_agg(engine, agg_plan(engine, c, isl, osl, clustering), where, isl, osl)
+            except InputError as exc:
+                unpredicted[where] = f"{exc.field}: {exc.message}"
+                continue
+            rows_ttft.append([(slot(t), w) for t, w in point.ttft])
+            rows_tpot.append([(slot(t), w) for t, w in point.tpot])
+            overhead.append(point.ttft_overhead)
+            meas_ttft.append(float(row["ttft_ms_p50"]) / 1000)
+            meas_tpot.append(float(row["tpot_ms_p50"]) / 1000)
+            index.append(where)
+    if not index:
+        return Compiled(None, unpredicted)
+    per_problem: dict[int, int] = {}
+    for p_no, _ in index:
+        per_problem[p_no] = per_problem.get(p_no, 0) + 1
+    kinds = max(len(t.compute_s) for t in steps)
+    compute = np.zeros((len(steps), kinds))
+    expert = np.zeros((len(steps), kinds))
+    memory = np.zeros((len(steps), kinds))
+    expert_memory = np.zeros((len(steps), kinds))
+    for i, t in enumerate(steps):
+        for j, (c, m, x) in enumerate(zip(t.compute_s, t.memory_s, t.experts, strict=True)):
+            (expert if x else compute)[i, j] = c
+            (expert_memory if x else memory)[i, j] = m
+    w_ttft = np.zeros((len(index), len(steps)))
+    w_tpot = np.zeros((len(index), len(steps)))
+    for i, (a, b) in enumerate(zip(rows_ttft, rows_tpot, strict=True)):
+        for j, w in a:
+            w_ttft[i, j] += w
+        for j, w in b:
+            w_tpot[i, j] += w
+    matrix = TermMatrix(
+        compute=compute,
+        expert=expert,
+        memory=memory,
+        expert_memory=expert_memory,
+        link=np.array([t.link_s for t in steps]),
+        calls=np.array([t.calls for t in steps]),
+        network=np.array([t.network_s for t in steps]),
+        layers=np.array([float(t.layers) for t in steps]),
+        w_ttft=w_ttft,
+        w_tpot=w_tpot,
+        ttft_overhead=np.array(overhead),
+        measured_ttft=np.array(meas_ttft),
+        measured_tpot=np.array(meas_tpot),
+        weight=np.array([1 / math.sqrt(per_problem[p_no]) for p_no, _ in index]),
+        index=index,
+    )
+    return Compiled(matrix, unpredicted)
+
+
+# ---------------------------------------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True)
+class FitResult:
+    efficiency: Efficiency
+    points: int  # aggregated rows fitted on
+    cost: float  # the robust loss at the optimum
+    unpredicted: dict[Any, str]
+
+
+def _residuals(matrix: TermMatrix, eff: Efficiency) -> np.ndarray:
+    ttft, tpot = matrix.times(eff)
+    floor = 1e-9
+    w = matrix.weight
+    return np.concatenate([w * np.log(np.maximum(ttft, floor) / matrix.measured_ttft),
+                           w * np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
+
+
+def _values(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
+    resolved = {"expert_compute": eff.experts, "expert_hbm": eff.experts_hbm}
+    return np.array([resolved.get(n, getattr(eff, n)) for n in names], dtype=float)
+
+
+def _fit_times(
+    matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
+) -> tuple[Efficiency, float]:
+    names = list(factors)
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+    x0 = np.clip(_values(start, names), lo, hi)
+    sigma = np.array([PRIOR_SIGMA[n] for n in names])
+    weight = PRIOR_WEIGHT * math.sqrt(2 * problems)
+
+    def make(x: np.ndarray) -> Efficiency:
+        return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
+
+    result = least_squares(
+        lambda x: np.concatenate([_residuals(matrix, make(x)), weight * (x - x0) / sigma]),
+        x0,
+        bounds=(lo, hi),
+        loss="soft_l1",
+        f_scale=0.1 * float(matrix.weight.mean()),
+        x_scale=np.array([_SCALE[n] for n in names]),
+        max_nfev=400,
+    )
+    return make(result.x), float(result.cost)
+
+
+def fit_efficiency(
+    problems: Sequence[Problem],
+    *,
+    start: Efficiency,
+    factors: Sequence[str] = FIT_FACTORS,
+    fit_clustering: bool = True,
+) -> FitResult:
+    """The factors that best predict the aggregated rows of ``problems`` (and nothing else)."""
+    cache: dict[float, tuple[Efficiency, float, Compiled]] = {}
+
+    def solve(clustering: float) -> tuple[Efficiency, float, Compiled]:
+        key = round(clustering, 4)
+        if key not in cache:
+            compiled = compile_problems(problems, key)
+            if compiled.matrix is None:
+                raise InputError("calibrate", "rows", "no aggregated row could be predicted to fit on")
+            eff, cost = _fit_times(compiled.matrix, replace(start, arrival_clustering=key), factors,
+                                   len(problems))
+            cache[key] = (eff, cost, compiled)
+        return cache[key]
+
+    if fit_clustering:
+        # A coarse grid first (the loss is not convex in the cohort size), then a bounded refinement.
+        grid = [0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0]
+        best = min(grid, key=lambda c: solve(c)[1])
+        i = grid.index(best)
+        lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+        if hi > lo:
+            found = minimize_scalar(lambda c: solve(float(c))[1], bounds=(lo, hi), method="bounded",
+                                    options={"xatol": 0.01, "maxiter": 12})
+            best = min([best, round(float(found.x), 4)], key=lambda c: solve(c)[1])
+    else:
+        best = start.arrival_clustering
+    eff, cost, compiled = solve(best)
+    assert compiled.matrix is not None
+    return FitResult(eff, len(compiled.matrix.index), cost, compiled.unpredicted)

@@ -1,0 +1,106 @@
+"""Scoring the model only on data it was not fitted on: leave one model out, hold out whole deployments.
+
+Two scores for every measured aggregated row of a bundled model (aiconfigurator's public vLLM sweeps, or any
+results table):
+
+* **uncalibrated, leave-one-model-out**: the row is predicted with default factors for its GPU refitted on
+  every *other* model measured on that GPU (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults` with the row's
+  model excluded), the honest score of the shipped defaults, which were fitted on every model;
+* **calibrated, held-out deployments**: the model x GPU's deployments are split into ``folds`` groups by a stable
+  hash; each group is predicted with factors fitted (starting from the leave-one-model-out defaults) on the other
+  groups only, so no fit that predicts a row has seen that row, its deployment, or its model's other data through
+  the defaults.
+
+:func:`heldout_table` returns one row per measured row with both predictions beside the measurement and the
+deployment and fold it belonged to; :func:`heldout_summary` the median and p90 |error| per model x GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.defaults import fit_gpu_defaults
+from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
+from pdtune.perfmodel.validation import METRICS, _stats, validate_rows
+
+
+def fold_of(key: str, folds: int) -> int:
+    """A deployment's fold: a stable hash, so every run splits alike."""
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    table: pd.DataFrame  # one row per measured row
+    lomo_factors: dict[tuple[str, str], Efficiency]
+    lomo_models: dict[tuple[str, str], list[str]]  # the models each LOMO fit used
+
+
+def heldout_table(
+    problems: dict[tuple[str, str], Problem],
+    *,
+    folds: int = 4,
+    models: Sequence[str] | None = None,
+) -> HeldOut:
+    """Both held-out predictions for every row of the ``problems`` whose model is in ``models`` (all when None)."""
+    frames = []
+    factors: dict[tuple[str, str], Efficiency] = {}
+    used: dict[tuple[str, str], list[str]] = {}
+    for (model, gpu), problem in sorted(problems.items()):
+        if models is not None and model not in models:
+            continue
+        lomo, fitted_models = fit_gpu_defaults(problems, gpu, exclude=[model])
+        factors[(model, gpu)], used[(model, gpu)] = lomo, fitted_models
+        rows = problem.rows
+        keys = rows.apply(deployment_key, axis=1)
+        uncal = validate_rows(rows, problem.spec, problem.gpu, lomo).set_index("row")
+        out = uncal.rename(columns={f"predicted_{m}": f"lomo_{m}" for m in METRICS}
+                           | {f"{m}_error": f"lomo_{m}_error" for m in METRICS})
+        out["deployment"] = [keys[i] for i in out.index]
+        out["fold"] = [fold_of(keys[i], folds) for i in out.index]
+        deployments = sorted(set(keys))
+        for m in METRICS:
+            out[f"calibrated_{m}"] = float("nan")
+            out[f"calibrated_{m}_error"] = float("nan")
+        out["calibrated_reason"] = None
+        for k in range(folds):
+            held = [d for d in deployments if fold_of(d, folds) == k]
+            train = [d for d in deployments if fold_of(d, folds) != k]
+            if not held:
+                continue
+            if not train:
+                out.loc[keys.isin(held).to_numpy(), "calibrated_reason"] = "no other deployment to fit on"
+                continue
+            train_rows = rows[keys.isin(train)]
+            held_rows = rows[keys.isin(held)]
+            assert not set(train_rows.index) & set(held_rows.index)
+            fitted = fit_efficiency([Problem(problem.spec, problem.gpu, train_rows)], start=lomo).efficiency
+            pts = validate_rows(held_rows, problem.spec, problem.gpu, fitted).set_index("row")
+            for m in METRICS:
+                out.loc[pts.index, f"calibrated_{m}"] = pts[f"predicted_{m}"]
+                out.loc[pts.index, f"calibrated_{m}_error"] = pts[f"{m}_error"]
+        out["model_key"], out["gpu_name"] = model, gpu
+        frames.append(out.reset_index())
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return HeldOut(table, factors, used)
+
+
+def heldout_summary(table: pd.DataFrame, by: Sequence[str] = ("model_key", "gpu_name")) -> pd.DataFrame:
+    """Median and p90 |error| (%) of both predictions for TTFT and TPOT, per group and over all rows."""
+    rows = []
+    groups = list(table.groupby(list(by), sort=True)) if len(table) else []
+    for name, frame in [*groups, (("all",) * len(by), table)]:
+        rec = dict(zip(by, name if isinstance(name, tuple) else (name,), strict=True))
+        rec["rows"] = len(frame)
+        rec["predicted"] = int(frame["predicted"].sum())
+        for kind in ("lomo", "calibrated"):
+            for m in ("ttft_ms_p50", "tpot_ms_p50"):
+                med, p90 = _stats(frame[f"{kind}_{m}_error"])
+                rec[f"{kind}_{m}_median"], rec[f"{kind}_{m}_p90"] = med, p90
+        rows.append(rec)
+    return pd.DataFrame(rows)

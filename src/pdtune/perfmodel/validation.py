@@ -1,0 +1,406 @@
+"""Predicted beside measured: every matching result row predicted at its own deployment, with its error.
+
+:func:`select_rows` keeps the rows of one model (matched by the last path component of the results' model id,
+case-insensitive: ``openai/gpt-oss-120b`` is ``gpt-oss-120b``) and one GPU (the row's ``gpu`` column where the
+format records one, else the GPU the user names), optionally one GPU count and one topology, and counts every
+other row with the reason it was left out. :func:`validate` predicts each kept row at its own topology,
+concurrency, ISL/OSL, mode (aggregated, disaggregated, prefill- or decode-only), vLLM version and weight precision
+(:func:`pdtune.precision.served_weights` from the row's quant modes), and returns one point per row: measured,
+predicted, ``error = predicted / measured - 1`` and the row's source. A row the model cannot predict (a layout that
+does not fit, a topology it cannot read, worker counts the file does not record) stays in the table, marked
+unpredicted with its reason; nothing is dropped.
+
+:func:`error_summary` gives the median and the 90th percentile of ``|error|`` (in percent) per metric, over all
+points and by model x GPU x mode: the numbers ``pdtune validate --json`` reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pdtune.errors import InputError
+from pdtune.gpus import GpuSpec
+from pdtune.model import ModelSpec
+from pdtune.perfmodel.aggregated import AggPlan, agg_config, agg_plan, agg_prediction
+from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTerms, build_engine
+from pdtune.perfmodel.sweeps import Prediction, predict_decode, predict_disagg, predict_prefill
+from pdtune.precision import requantized, served_weights
+from pdtune.topology import Deployment, Topology, parse_deployment, parse_topology
+from pdtune.versions import parse as parse_version
+
+#: The three numbers every point is scored on.
+METRICS = ("ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu")
+
+#: vLLM line assumed for rows that record none (or an unparseable one, e.g. a nightly build).
+FALLBACK_VLLM = "0.18.0"
+
+#: Per-GPU memory that is neither weights nor KV cache on a measured server whose start-up log we do not have
+#: (activation peak, non-torch, CUDA graphs, GiB), from llm-d-planner's measured vLLM start-ups on H100
+#: (data/clusters/llm-d-vllm-memory/): the median activation peak of its eight runs, 5.6 GiB; non-torch memory at
+#: TP2, 0.55 GiB; CUDA-graph memory about 0 (its median is -0.4 GiB). The article's table 3 (a 2.4 T-parameter
+#: model on GB300) is no guide for these.
+MEASURED_OVERHEADS_GIB = (5.6, 0.55, 0.0)
+
+
+def model_key(name: object) -> str:
+    """``openai/gpt-oss-120b`` -> ``gpt-oss-120b``: the last path component, lower case."""
+    text = str(name or "").strip().rstrip("/")
+    return text.rsplit("/", 1)[-1].lower()
+
+
+@dataclass(frozen=True)
+class Selection:
+    rows: pd.DataFrame
+    skipped: dict[str, int]  # reason -> rows
+
+    @property
+    def used(self) -> int:
+        return len(self.rows)
+
+
+def select_rows(
+    df: pd.DataFrame,
+    model: str,
+    gpu: str,
+    *,
+    gpus: int | None = None,
+    topology: str | None = None,
+    backend: str | None = "vllm",
+) -> Selection:
+    """The rows of ``model`` on ``gpu`` (and ``gpus`` GPUs, ``topology``, served by ``backend`` where the results
+    name one; ``None`` or ``"all"``: any), and why every other row was left out."""
+    want = model_key(model)
+    keys = df["model"].map(model_key)
+    keep = pd.Series(True, index=df.index)
+    skipped: dict[str, int] = {}
+
+    def drop(mask: pd.Series, reason: Callable[[pd.DataFrame], pd.Series]) -> None:
+        nonlocal keep
+        hit = keep & mask
+        if hit.any():
+            for label, n in _group_reason(df[hit], reason):
+                skipped[label] = skipped.get(label, 0) + n
+        keep = keep & ~mask
+
+    drop(keys != want, lambda d: d["model"].map(lambda m: f"another model ({m})"))
+    if backend not in (None, "all") and "backend" in df.columns:
+        served = df["backend"].fillna(backend).astype(str).str.lower()
+        drop(served != backend.lower(),
+             lambda d: d["backend"].map(lambda b: f"served by {b}, not {backend} (pdtune models vLLM)"))
+    if "gpu" in df.columns:
+        row_gpu = df["gpu"].fillna(gpu).astype(str).str.lower()
+        drop(row_gpu != gpu.lower(), lambda d: d["gpu"].map(lambda g: f"another GPU ({g})"))
+    if gpus is not None:
+        drop(df["gpus_total"] != gpus, lambda d: d["gpus_total"].map(lambda n: f"{n} GPUs, not {gpus}"))
+    if topology is not None:
+        wanted = _canonical(topology)
+        drop(df["topology"].map(_canonical) != wanted,
+             lambda d: d["topology"].map(lambda t: f"topology {t}, not {topology}"))
+    return Selection(df[keep], skipped)
+
+
+def _group_reason(rows: pd.DataFrame, reason: Callable[[pd.DataFrame], pd.Series]) -> list[tuple[str, int]]:
+    return [(str(k), int(v)) for k, v in reason(rows).value_counts().sort_index().items()]
+
+
+def _canonical(name: object) -> str:
+    text = str(name or "")
+    try:
+        if ":" in text:
+            return parse_deployment(text).label
+        return parse_topology(text).canonical
+    except InputError:
+        return text.upper()
+
+
+# ----------------------------------------------------------------------------------------------- points
+
+
+@dataclass(frozen=True)
+class RowSetup:
+    """How one row is predicted: the served model, its layout, its vLLM line (or why it cannot be)."""
+
+    mode: str
+    spec: ModelSpec | None
+    topology: Topology | None
+    deployment: Deployment | None
+    vllm: str
+    weights_note: str
+    reason: str | None = None  # set when the row cannot be predicted
+    kv_cache_dtype: str = "auto"
+
+
+def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
+    mode = str(row.get("mode") or "agg")
+    vllm = _vllm_of(row)
+    try:
+        served, note = served_weights(spec, _text(row.get("gemm_quant_mode")), _text(row.get("moe_quant_mode")),
+                                      source=str(row.get("path", "results")))
+    except InputError as exc:
+        return RowSetup(mode, None, None, None, vllm, "", f"weights: {exc.message}")
+    kv = "fp8" if requantized(spec, served) else "auto"
+
+    def setup(topology: Topology | None = None, deployment: Deployment | None = None,
+              reason: str | None = None) -> RowSetup:
+        return RowSetup(mode, served, topology, deployment, vllm, note, reason, kv)
+
+    name = _text(row.get("topology"))
+    if name is None or (mode == "disagg" and "?" in name):
+        return setup(reason="the file does not record the worker counts" if name else "no topology recorded")
+    try:
+        if mode == "disagg":
+            return setup(deployment=parse_deployment(name, "topology"))
+        return setup(topology=parse_topology(name, "topology"))
+    except InputError as exc:
+        return setup(reason=f"topology: {exc.message}")
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    s = str(value).strip()
+    return s or None
+
+
+def _vllm_of(row: pd.Series) -> str:
+    version = _text(row.get("backend_version")) if str(row.get("backend") or "vllm") == "vllm" else None
+    if version is not None:
+        try:
+            major, minor, patch = parse_version(version)
+            if (major, minor) >= (0, 11):
+                return f"{major}.{minor}.{patch}"
+        except InputError:
+            pass
+    return FALLBACK_VLLM
+
+
+def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> EngineConfig:
+    """vLLM's own defaults for a measured aggregated server: its batch defaults, 0.9 of the memory, the KV
+    cache in the model dtype (``--kv-cache-dtype auto``) or as the checkpoint says (FP8)."""
+    base = agg_config(gpu, None, vllm)
+    return EngineConfig(
+        gpu_memory_utilization=0.9,
+        kv_cache_dtype=kv_cache_dtype,
+        vllm=vllm,
+        max_num_batched_tokens=base.max_num_batched_tokens,
+        max_num_seqs=base.max_num_seqs,
+        overheads_gib=MEASURED_OVERHEADS_GIB,
+    )
+
+
+@dataclass
+class _Cache:
+    engines: dict[tuple[Any, ...], Engine | InputError] = field(default_factory=dict)
+
+
+def _engine(cache: _Cache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
+    assert setup.spec is not None and setup.topology is not None
+    key = (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype)
+    if key not in cache.engines:
+        config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype)
+        try:
+            cache.engines[key] = build_engine(setup.spec, gpu, setup.topology, isl=isl, osl=osl, config=config)
+        except InputError as exc:
+            cache.engines[key] = exc
+    found = cache.engines[key]
+    if isinstance(found, InputError):
+        raise found
+    return found
+
+
+@dataclass(frozen=True)
+class CompiledPoint:
+    """An aggregated row with its efficiency-independent plan: TTFT and TPOT as weighted step terms."""
+
+    index: Any
+    ttft: tuple[tuple[StepTerms, float], ...]
+    ttft_overhead: float
+    tpot: tuple[tuple[StepTerms, float], ...]
+    concurrency: int
+    isl: int
+    osl: int
+    gpus: int
+
+    def times(self, eff: Efficiency) -> tuple[float, float]:
+        """(TTFT, TPOT) in seconds."""
+        ttft = sum(w * t.seconds(eff) for t, w in self.ttft) + self.ttft_overhead * eff.request_overhead_s
+        tpot = sum(w * t.seconds(eff) for t, w in self.tpot)
+        return ttft, tpot
+
+
+def compile_agg(engine: Engine, plan: AggPlan, index: Any, isl: int, osl: int) -> CompiledPoint:
+    terms: dict[Batch, StepTerms] = {}
+
+    def of(b: Batch) -> StepTerms:
+        if b not in terms:
+            terms[b] = engine.step_terms(b)
+        return terms[b]
+
+    return CompiledPoint(
+        index,
+        tuple((of(b), w) for b, w in plan.ttft.steps),
+        plan.ttft.overhead,
+        tuple((of(b), w) for b, w in plan.tpot.steps),
+        plan.concurrency,
+        isl,
+        osl,
+        engine.topology.gpus,
+    )
+
+
+def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: _Cache) -> Prediction:
+    """One row's prediction at its own deployment (raises InputError when the layout does not fit)."""
+    assert setup.spec is not None
+    isl, osl, c = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
+    if setup.mode == "disagg":
+        assert setup.deployment is not None
+        config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype)
+        [pred] = predict_disagg(setup.spec, gpu, setup.deployment, [c], isl=isl, osl=osl, prefill_config=config,
+                                decode_config=config, efficiency=eff)
+        return pred
+    assert setup.topology is not None
+    if setup.mode == "prefill":
+        [pred] = predict_prefill(setup.spec, gpu, setup.topology, [c], isl=isl, osl=osl, efficiency=eff)
+        return pred
+    if setup.mode == "decode":
+        [pred] = predict_decode(setup.spec, gpu, setup.topology, [c], isl=isl, osl=osl, efficiency=eff)
+        return pred
+    engine = _engine(cache, setup, gpu, isl, osl)
+    return agg_prediction(engine, agg_plan(engine, c, isl, osl, eff.arrival_clustering), isl, osl, eff)
+
+
+def _measured(row: pd.Series, metric: str) -> float:
+    value = row.get(metric)
+    return float(value) if value is not None and not pd.isna(value) else math.nan
+
+
+def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency) -> pd.DataFrame:
+    """One point per row of ``rows`` (already selected): measured, predicted, error, source; unpredicted rows
+    carry ``predicted = False`` and their ``reason``."""
+    cache = _Cache()
+    points = []
+    for index, row in rows.iterrows():
+        setup = row_setup(row, spec)
+        point: dict[str, Any] = {
+            "row": index,
+            "source": row.get("source"),
+            "path": row.get("path"),
+            "source_id": _text(row.get("source_id")),
+            "model": row.get("model"),
+            "gpu": gpu.name,
+            "mode": setup.mode,
+            "topology": row.get("topology"),
+            "gpus_total": int(row["gpus_total"]),
+            "isl": _int_or_none(row.get("isl")),
+            "osl": _int_or_none(row.get("osl")),
+            "concurrency": int(row["concurrency"]),
+            "vllm": setup.vllm,
+            "weights": setup.weights_note,
+            "predicted": False,
+            "reason": setup.reason,
+        }
+        for metric in METRICS:
+            point[f"measured_{metric}"] = _measured(row, metric)
+            point[f"predicted_{metric}"] = math.nan
+            point[f"{metric}_error"] = math.nan
+        if setup.reason is None and (point["isl"] is None or point["osl"] is None):
+            point["reason"] = "ISL/OSL not recorded"
+        if point["reason"] is None:
+            try:
+                pred = predict_row(row, setup, gpu, eff, cache)
+            except InputError as exc:
+                point["reason"] = f"{exc.field}: {exc.message}"
+            else:
+                point["predicted"] = True
+                predicted = {"ttft_ms_p50": pred.ttft_ms, "tpot_ms_p50": pred.tpot_ms,
+                             "tps_per_gpu": pred.tps_per_gpu}
+                for metric in METRICS:
+                    point[f"predicted_{metric}"] = predicted[metric]
+                    measured = point[f"measured_{metric}"]
+                    if measured > 0:
+                        point[f"{metric}_error"] = predicted[metric] / measured - 1
+        points.append(point)
+    return pd.DataFrame(points)
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or pd.isna(value):
+        return None
+    return int(value)
+
+
+def measured_frontier(points: pd.DataFrame) -> pd.DataFrame:
+    """The measured Pareto frontier of predicted points (tokens/s per user against tokens/s per GPU, both
+    maximised, per ISL/OSL), each frontier point with its prediction and ``predicted / measured`` ratios.
+
+    ``points`` is :func:`validate_rows`' table (rows without a per-GPU figure or a prediction are left out of the
+    frontier, not of the table they came from).
+    """
+    from pdtune.frontier import pareto_frontier
+
+    usable = points[points["predicted"] & points["measured_tps_per_gpu"].notna()].copy()
+    usable["measured_tps_per_user"] = 1000 / usable["measured_tpot_ms_p50"]
+    usable["predicted_tps_per_user"] = 1000 / usable["predicted_tpot_ms_p50"]
+    frames = []
+    for _, group in usable.groupby(["isl", "osl"], sort=True):
+        front = pareto_frontier(group["measured_tps_per_user"].to_numpy(), group["measured_tps_per_gpu"].to_numpy())
+        frames.append(group.iloc[front])
+    if not frames:
+        return usable.iloc[0:0]
+    out = pd.concat(frames)
+    out["tps_per_user_ratio"] = out["predicted_tps_per_user"] / out["measured_tps_per_user"]
+    out["tps_per_gpu_ratio"] = out["predicted_tps_per_gpu"] / out["measured_tps_per_gpu"]
+    out["ttft_ratio"] = out["predicted_ttft_ms_p50"] / out["measured_ttft_ms_p50"]
+    return out.reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def _stats(errors: Iterable[float]) -> tuple[float | None, float | None]:
+    values = np.abs(np.asarray([e for e in errors if e is not None and not math.isnan(e)], dtype=float)) * 100
+    if not len(values):
+        return None, None
+    return float(np.median(values)), float(np.percentile(values, 90))
+
+
+def error_table(points: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Median and p90 |error| (%) of every metric, per group of ``by`` (e.g. ``["gpu", "topology"]`` or
+    ``["isl", "osl"]``): where the model is wrong, regime by regime. Unpredicted rows are counted, not scored."""
+    rows = []
+    for key, frame in points.groupby(by, sort=True, dropna=False):
+        rec: dict[str, Any] = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        rec["rows"], rec["predicted"] = len(frame), int(frame["predicted"].sum())
+        for metric in METRICS:
+            rec[f"{metric}_median"], rec[f"{metric}_p90"] = _stats(frame.loc[frame["predicted"], f"{metric}_error"])
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+def error_summary(points: pd.DataFrame) -> dict[str, Any]:
+    """``median_abs_pct_error`` and ``p90_abs_pct_error`` per metric, overall and by model x GPU x mode."""
+
+    def block(frame: pd.DataFrame) -> dict[str, Any]:
+        med: dict[str, float | None] = {}
+        p90: dict[str, float | None] = {}
+        for metric in METRICS:
+            col = f"{metric}_error"
+            med[metric], p90[metric] = _stats(frame[col]) if col in frame else (None, None)
+        return {"median_abs_pct_error": med, "p90_abs_pct_error": p90,
+                "points": int(frame["predicted"].sum()) if "predicted" in frame else 0}
+
+    predicted = points[points["predicted"]] if len(points) else points
+    out = block(predicted)
+    groups = []
+    if len(predicted):
+        for (model, gpu, mode), frame in predicted.groupby(["model", "gpu", "mode"], sort=True):
+            groups.append({"model": model, "gpu": gpu, "mode": mode, **block(frame)})
+    out["by_model_gpu_mode"] = groups
+    return out

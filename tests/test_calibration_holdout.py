@@ -1,0 +1,70 @@
+"""Calibration never scores the deployments it was fitted on, and never splits a deployment."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdtune.errors import InputError
+from pdtune.gpus import load_gpu
+from pdtune.model import load_model
+from pdtune.paths import clusters_dir
+from pdtune.perfmodel.calibrate import calibrate, load_calibration, write_calibration
+from pdtune.perfmodel.fit import deployment_key, split_deployments
+from pdtune.perfmodel.validation import select_rows
+from pdtune.results import load_results
+
+SILICON = clusters_dir() / "aiconfigurator-silicon" / "silicon_sample.csv"
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    """gpt-oss-120b on H200, ISL/OSL 1024/1024: four TP deployments, some rows exported twice."""
+    df = load_results(SILICON)
+    sel = select_rows(df, "gpt-oss-120b", "h200").rows
+    return sel[(sel["isl"] == 1024) & (sel["osl"] == 1024)]
+
+
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=0, max_size=30), st.floats(0.0, 0.95))
+@settings(max_examples=200, deadline=None)
+def test_split_is_whole_disjoint_and_stable(keys: list[str], fraction: float) -> None:
+    fit, held = split_deployments(keys, fraction)
+    assert not set(fit) & set(held)
+    assert set(fit) | set(held) == set(keys)
+    assert split_deployments(list(reversed(keys)), fraction) == (fit, held)
+    if len(set(keys)) >= 2 and fraction > 0:
+        assert held and fit  # something to score, something to fit
+
+
+def test_repeated_rows_are_one_deployment(rows: pd.DataFrame) -> None:
+    # The same run exported from two source files (different ids, vLLM version recorded or not) is one deployment.
+    keys = rows.apply(deployment_key, axis=1)
+    twins = rows[rows.duplicated(["topology", "concurrency", "ttft_ms_p50", "tpot_ms_p50"], keep=False)]
+    assert len(twins) >= 2
+    for _, group in twins.groupby(["topology", "concurrency", "ttft_ms_p50"]):
+        assert keys[group.index].nunique() == 1
+
+
+def test_calibration_scores_only_held_out_deployments(rows: pd.DataFrame, tmp_path) -> None:
+    run = calibrate(rows, load_model("gpt-oss-120b"), load_gpu("h200"), model="openai/gpt-oss-120b")
+    cal = run.calibration
+    assert cal.fitted_deployments and cal.held_out_deployments
+    assert not set(cal.fitted_deployments) & set(cal.held_out_deployments)
+    keys = rows.apply(deployment_key, axis=1)
+    scored = run.held_out_points
+    assert len(scored) and set(keys[scored["row"]]) <= set(cal.held_out_deployments)
+    assert cal.fitted_rows == int(keys.isin(cal.fitted_deployments).sum())
+    assert cal.held_out_rows == len(scored)
+    # The file round-trips, and refuses another model or GPU naming the field.
+    path = tmp_path / "cal.yaml"
+    write_calibration(path, cal)
+    back = load_calibration(path, model="gpt-oss-120b", gpu="h200")
+    assert back.efficiency == cal.efficiency and back.fitted_deployments == cal.fitted_deployments
+    with pytest.raises(InputError) as err:
+        load_calibration(path, model="llama-3.1-70b")
+    assert err.value.field == "model" and str(path) in str(err.value)
+    with pytest.raises(InputError) as err:
+        load_calibration(path, gpu="b200")
+    assert err.value.field == "gpu"

@@ -1,0 +1,154 @@
+"""`pdtune validate`, `pdtune calibrate` and `pdtune predict --mode agg` from the command line, good and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdtune.cli import main
+from pdtune.paths import clusters_dir
+
+SILICON = clusters_dir() / "aiconfigurator-silicon" / "silicon_sample.csv"
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_validate_json_has_points_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--json"])
+    assert out["rows_used"] == 75 and out["rows_predicted"] == 75 and not out["unpredicted"]
+    # every other row is counted with its reason: other models, other GPUs, other backends
+    skipped = out["rows_skipped"]
+    assert sum(skipped.values()) == 5221 - 75
+    assert any("served by trtllm" in k for k in skipped) and any("another GPU" in k for k in skipped)
+    for key in ("median_abs_pct_error", "p90_abs_pct_error"):
+        assert set(out[key]) == {"ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu"}
+    [group] = out["by_model_gpu_mode"]
+    assert (group["model"], group["gpu"], group["mode"], group["points"]) == ("openai/gpt-oss-120b", "h200", "agg", 75)
+    point = out["points"][0]
+    assert point["path"].endswith("silicon_sample.csv") and point["source_id"]
+    assert point["measured_tpot_ms_p50"] > 0 and point["predicted_tpot_ms_p50"] > 0
+    assert point["tpot_ms_p50_error"] == pytest.approx(
+        point["predicted_tpot_ms_p50"] / point["measured_tpot_ms_p50"] - 1)
+
+
+def test_validate_text_names_rows_and_precision(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["validate", str(SILICON), "--model", "llama-3.1-70b", "--gpu", "h100", "--topology", "TP8"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "15 rows used, 15 predicted" in text and "topology TP4, not TP8" in text
+    assert "MODELED" in text and "MEASURED" in text
+
+
+def test_calibrate_then_predict_and_validate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cal = tmp_path / "gpt-oss-h200.yaml"
+    argv = ["calibrate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--topology", "TP4",
+            "--out", str(cal)]
+    # one deployment only: nothing to hold out, said so
+    assert main(argv) == 0
+    assert "nothing held out" in capsys.readouterr().out
+    assert main(["calibrate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--out", str(cal)]) == 0
+    capsys.readouterr()
+    doc = yaml.safe_load(cal.read_text())
+    assert doc["model"] == "gpt-oss-120b" and doc["gpu"] == "h200" and doc["held_out"]["deployments"]
+    assert set(doc["held_out"]["median_abs_pct_error"]) == {"ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu"}
+    out = _json(capsys, ["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--calibration",
+                         str(cal), "--json"])
+    assert out["rows_fitted_on"] == doc["fitted_on"]["rows"]
+    assert {p["deployment"] for p in out["points"]} <= set(doc["held_out"]["deployments"])
+    pred = _json(capsys, ["predict", "gpt-oss-120b", "--gpu", "h200", "--topology", "TP2", "--mode", "agg",
+                          "--calibration", str(cal), "--concurrency", "8", "--json"])
+    assert pred["efficiency"] == doc["factors"] and pred["predictions"][0]["mode"] == "agg"
+
+
+def test_predict_agg_rises_with_concurrency(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["predict", "llama-3.1-70b", "--gpu", "h100", "--topology", "TP4", "--mode", "agg",
+                         "--weights-dtype", "fp8", "--concurrency", "1,16,64", "--json"])
+    preds = out["predictions"]
+    assert out["weights"] == "fp8" and out["modeled"] is True
+    assert [p["ttft_ms"] for p in preds] == sorted(p["ttft_ms"] for p in preds)
+    assert [p["tps_per_gpu"] for p in preds] == sorted(p["tps_per_gpu"] for p in preds)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--gpus", "8", "--topology", "TP4"],
+         "topology"),
+        (["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "a800"], "gpu"),
+        (["validate", str(SILICON), "--model", "deepseek-v3", "--gpu", "h200"], "model"),
+        (["predict", "gpt-oss-120b", "--gpu", "h200", "--topology", "TP2", "--mode", "agg", "--weights-dtype",
+          "fp6"], "weights_dtype"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], field: str
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f": {field}:" in err, err
+
+
+def test_a_calibration_of_another_model_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cal = tmp_path / "other.yaml"
+    cal.write_text(yaml.safe_dump({"pdtune_calibration": 1, "model": "llama-3.1-70b", "gpu": "h200",
+                                   "factors": {"compute": 0.5}}))
+    for argv in (["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--calibration", str(cal)],
+                 ["predict", "gpt-oss-120b", "--gpu", "h200", "--topology", "TP2", "--mode", "agg",
+                  "--calibration", str(cal)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(cal) in err and ": model:" in err, err
+
+
+def test_dataset_generate_takes_a_calibration_of_its_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"pdtune_calibration": 1, "model": "llama-3.1-70b", "gpu": "gb300",
+                                   "factors": {"compute": 0.4}}))
+    assert main(["dataset", "generate", "--calibration", str(cal)]) == 2  # the committed copy stays the article's
+    assert ": out:" in capsys.readouterr().err
+    assert main(["dataset", "generate", "--calibration", str(cal), "--out", str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err
+    assert str(cal) in err and ": model:" in err and not (tmp_path / "ds").exists()
+
+
+def test_measured_disaggregated_frontier_with_ratios() -> None:
+    # aiconfigurator's vLLM disaggregated Kimi-K2.5 rows on GB200: the measured frontier, each point's prediction
+    # beside it as predicted / measured.
+    from pdtune.gpus import load_gpu
+    from pdtune.model import load_model
+    from pdtune.perfmodel.defaults import default_efficiency
+    from pdtune.perfmodel.validation import measured_frontier, select_rows, validate_rows
+    from pdtune.results import load_results
+
+    sel = select_rows(load_results(SILICON), "kimi-k2.5", "gb200")
+    assert sel.used == 14 and set(sel.rows["mode"]) == {"disagg"}
+    points = validate_rows(sel.rows, load_model("kimi-k2.5"), load_gpu("gb200"), default_efficiency("gb200"))
+    front = measured_frontier(points)
+    assert 0 < len(front) <= 14
+    for _, group in front.groupby(["isl", "osl"]):
+        x, y = group["measured_tps_per_user"].to_numpy(), group["measured_tps_per_gpu"].to_numpy()
+        assert all((x[i] < x[i + 1]) and (y[i] > y[i + 1]) for i in range(len(x) - 1))  # none dominates another
+    assert front["tps_per_gpu_ratio"].to_numpy() == pytest.approx(
+        (front["predicted_tps_per_gpu"] / front["measured_tps_per_gpu"]).to_numpy())
+
+
+def test_error_table_by_regime() -> None:
+    import pandas as pd
+
+    from pdtune.perfmodel.validation import error_table
+
+    points = pd.DataFrame({
+        "topology": ["TP1", "TP1", "TP2", "TP2"], "predicted": [True, True, True, False],
+        "ttft_ms_p50_error": [0.1, -0.3, 0.2, float("nan")], "tpot_ms_p50_error": [0.0, 0.1, -0.05, float("nan")],
+        "tps_per_gpu_error": [0.0, 0.0, 0.0, float("nan")],
+    })
+    table = error_table(points, ["topology"]).set_index("topology")
+    assert table.loc["TP1", "ttft_ms_p50_median"] == pytest.approx(20.0)  # median of 10 % and 30 %
+    assert (table.loc["TP2", "rows"], table.loc["TP2", "predicted"]) == (2, 1)
+    assert table.loc["TP2", "tpot_ms_p50_median"] == pytest.approx(5.0)
