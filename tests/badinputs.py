@@ -658,6 +658,76 @@ def build(root: Path) -> list[Case]:
     add(14, "log-huge-max-model-len-blames-the-log", "log", huge_len, "--model", qwen32, names="huge-len.log",
         field="max_model_len")
 
+    # ---------------------------------------------------------------- validate, calibrate, --calibration files
+    silicon = REPO / "data" / "clusters" / "aiconfigurator-silicon"
+    sel = ("--model", "gpt-oss-120b", "--gpu", "h200")
+    validate = ("validate", silicon, *sel)
+    calibrate = ("calibrate", silicon, *sel)
+    cal_ok = CALIBRATION
+    cal_variants = {
+        "deep": "pdtune_calibration: 1\nmodel: " + deep_yaml(5000) + "\n", "complex": "? [a]\n: 1\n" + cal_ok,
+        "dup": cal_ok + "gpu: h100\n", "bigint": cal_ok.replace("compute: 0.64", "compute: " + "9" * 5000),
+        "recursive": cal_ok.replace("vllm:\n- 0.18.0", "vllm: &v [*v]"),
+        "laughs": cal_ok.replace("vllm:\n- 0.18.0", f"vllm: {laughs()}"),
+        "factor-nan": cal_ok.replace("compute: 0.64", "compute: .nan"),
+        "factor-inf": cal_ok.replace("hbm: 0.80", "hbm: .inf"),
+        "factor-text": cal_ok.replace("link: 0.37", "link: fast"),
+        "factor-unknown": cal_ok.replace("link: 0.37", "speed: 0.37"),
+        "rows-text": cal_ok.replace("rows: 57", "rows: many"),
+        "rows-huge": cal_ok.replace("rows: 57", f"rows: {10**30}"),
+        "model-list": cal_ok.replace("model: gpt-oss-120b", "model: [gpt-oss-120b]"),
+        "fitted-list": cal_ok.replace("fitted_on:\n", "fitted_on: [1]\nx_fitted:\n"),
+        "vllm-text": cal_ok.replace("vllm:\n- 0.18.0", "vllm: 0.18.0"),
+        "not-calibration": "model: x\n", "binary": "\x00\x01",
+    }
+    for name, text in cal_variants.items():
+        path = write(p / f"cal-{name}.yaml", text.encode("latin-1") if name == "binary" else text)
+        cause = {"laughs": 10, "factor-nan": 2, "factor-inf": 2, "rows-huge": 3, "binary": 0}.get(name, 1 if name in (
+            "deep", "complex", "dup", "bigint", "recursive") else 4)
+        add(cause, f"validate-calibration-{name}", *validate, "--calibration", path, names=f"cal-{name}.yaml")
+        if name in ("deep", "laughs", "factor-nan", "rows-text", "binary"):
+            add(cause, f"predict-calibration-{name}", "predict", "gpt-oss-120b", "--topology", "TP1", "--mode",
+                "decode", "--gpu", "h200", "--calibration", path, names=f"cal-{name}.yaml")
+            add(cause, f"dataset-calibration-{name}", "dataset", "generate", "--params", p / "ds-ok.yaml",
+                "--calibration", path, "--out", out / "ds", names=f"cal-{name}.yaml")
+    add(7, "validate-calibration-fifo", *validate, "--calibration", sp / "in.fifo", names="in.fifo")
+    for name in ("deep.json", "bigint.json", "dupkey.json", "deepline.jsonl"):
+        add(1, f"validate-results-{name}", "validate", r / name, *sel, names=name)
+        add(1, f"calibrate-results-{name}", "calibrate", r / name, *sel, "--out", out / "cal.yaml", names=name)
+    for name in ("total-below-output", "p99-tpot-below-median", "throughput-100x", "concurrency-zero"):
+        add(14, f"validate-{name}", "validate", r / f"{name}.json", *sel, "--gpus", "8", names=f"{name}.json")
+        add(14, f"calibrate-{name}", "calibrate", r / f"{name}.json", *sel, "--gpus", "8", "--out", out / "cal.yaml",
+            names=f"{name}.json")
+    add(7, "validate-results-fifo", "validate", sp / "in.fifo", *sel, names="in.fifo")
+    add(7, "validate-folder-with-fifos", "validate", walk, *sel, names="fifo-in-folder")
+    add(10, "validate-sidecar-laughs", "validate", r / "sidecar-laughs", *sel, names="pdtune-gpus.yaml")
+    for value in (str(10**30), "9" * 400, "0"):
+        add(3 if value != "0" else 0, f"validate-gpus-{value[:8]}", *validate, "--gpus", value, names="--gpus")
+        add(3 if value != "0" else 0, f"calibrate-gpus-{value[:8]}", *calibrate, "--gpus", value, "--out",
+            out / "cal.yaml", names="--gpus")
+    for value in ("nan", "1.5", "-1", "inf"):
+        add(2, f"calibrate-holdout-{value}", *calibrate, "--holdout", value, "--out", out / "cal.yaml",
+            names="--holdout")
+    cal_targets = (("below-a-file", out / "a-file" / "cal.yaml"), ("a-folder", out / "a-folder"),
+                   ("proc", Path("/proc/pdtune-test/cal.yaml")), ("fifo", sp / "out-fifo"), ("dev-null", Path("/dev/null")))
+    if can_lock:
+        cal_targets += (("immutable", out / "immutable" / "cal.yaml"),)
+    for name, target in cal_targets:
+        add(6, f"calibrate-out-{name}", *calibrate, "--out", target, names=target.name)
+    for name in ("deep", "fp8-zero", "layers-1e18", "mlp-only-int"):
+        add({"deep": 1, "fp8-zero": 4, "layers-1e18": 5, "mlp-only-int": 4}[name], f"validate-model-{name}",
+            "validate", silicon, "--model", m / name, "--gpu", "h200", names=f"{name}/config.json")
+    for argv, names in (((*validate[:2], "--model", "gpt-oss-120b", "--gpu", "gpu9000"), "gpu"),
+                        ((*validate, "--topology", "TPX"), "topology"),
+                        ((*validate, "--topology", "TP2", "--gpus", "4"), "topology"),
+                        (("validate", silicon, "--model", "no-such-model", "--gpu", "h200"), "no-such-model"),
+                        (("validate", silicon, "--model", "qwen3-32b", "--gpu", "h200"), "model"),
+                        (("calibrate", r / "no-such-folder", *sel, "--out", out / "cal.yaml"), "no-such-folder")):
+        add(0, f"{argv[0]}-{'-'.join(a.name if isinstance(a, Path) else str(a) for a in argv[1:])[-50:]}", *argv,
+            names=names)
+    add(11, "broken-data-validate", *validate, names="data-broken", own_process=True,
+        env={"PDTUNE_DATA": str(root / "data-broken")})
+
     # ---------------------------------------------------------------- 0: more bad input per subcommand
     for name, data in (("binary", b"\x00\x01binary"), ("latin1", b'{"a": "\xe9"}'), ("empty", b""),
                        ("bom-garbage", "\ufeff{garbage".encode()), ("utf16", '{"a": 1}'.encode("utf-16"))):
@@ -702,6 +772,34 @@ def build(root: Path) -> list[Case]:
         label = "-".join(a.name if isinstance(a, Path) else str(a) for a in argv[1:])
         add(0, f"{argv[0]}-{label[-50:]}", *argv, names=names)
     return [c for c in cases if c is not None]
+
+
+#: A calibration file as ``pdtune calibrate`` writes it (factors rounded), the base of the bad ones.
+CALIBRATION = """\
+pdtune_calibration: 1
+model: gpt-oss-120b
+gpu: h200
+vllm:
+- 0.18.0
+factors:
+  compute: 0.64
+  hbm: 0.80
+  link: 0.37
+  collective_latency_s: 1.4e-05
+  step_overhead_s: 0.00047
+  layer_overhead_s: 4.5e-05
+  request_overhead_s: 0.023
+  arrival_clustering: 0.14
+  expert_compute: 0.19
+  expert_hbm: 0.61
+start: silicon
+fitted_on:
+  deployments:
+  - gpt-oss-120b | h200 | agg | TP2 | fp4 | nvfp4 | nvfp4
+  rows: 57
+  results:
+  - data/clusters/aiconfigurator-silicon
+"""
 
 
 def _copytree(src: Path, dest: Path, **_kw: Any) -> None:
