@@ -516,6 +516,13 @@ def build(root: Path) -> list[Case]:
                        ("snapshot-repeats", head + "worker init memory snapshot: " * 8000),
                        ("one-huge-line", "x" * (8 << 20))):
         add(8, f"log-{name}", "log", write(lg / f"{name}.log", line + "\n"), names=f"{name}.log", timeout=10)
+    # lines each a few tens of KB, repeated: a per-line cost quadratic in the line's length adds up to minutes
+    for name, message in (("args-repeated", "non-default args: {" * 3000),
+                          ("spec-repeated", "Initializing a V1 LLM engine (v0.33.0) with config: "
+                           + "speculative_config=SpeculativeConfig(" * 1500),
+                          ("server-version", "vLLM server version " + "x" * 50000)):
+        add(8, f"log-{name}-lines", "log", write(lg / f"{name}.log", (head + message + "\n") * 150),
+            names=f"{name}.log", timeout=10)
 
     # ---------------------------------------------------------------- 9: many processes (a crash loop)
     lines = log33.read_text().splitlines()

@@ -52,19 +52,24 @@ def output_file(path: str | os.PathLike[str], field: str = "-o") -> Path:
     given = Path(path)
     if str(given) in ("", "."):
         raise InputError(path, field, "give a file name")
-    try:
-        info = os.stat(given)  # follows every link: /dev/stdout is the pipe or terminal behind it
-    except FileNotFoundError:
-        info = None
-    except NotADirectoryError:
-        raise InputError(given, field, "a part of the path is a file, not a folder") from None
-    except OSError as exc:
-        raise InputError(given, field, f"cannot write there: {exc.strerror or exc}") from None
+    info = _stat_output(given, field)  # follows every link: /dev/stdout is the pipe or terminal behind it
     if info is not None:
         kind = describe_mode(info.st_mode)
         if kind is not None:
             raise InputError(given, field, f"is {kind}: give the name of a file to write")
     return Path(os.path.realpath(given))  # a dangling link: the file it names is created
+
+
+def _stat_output(given: Path, field: str) -> os.stat_result | None:
+    """``os.stat`` of an output path (None when absent); a path pdtune cannot even look at is bad input."""
+    try:
+        return os.stat(given)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise InputError(given, field, "a part of the path is a file, not a folder") from None
+    except OSError as exc:
+        raise InputError(given, field, f"cannot write there: {exc.strerror or exc}") from None
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, field: str = "-o") -> Path:
@@ -154,14 +159,7 @@ STALE_AFTER_S = 1.0
 def output_folder(target: str | os.PathLike[str], field: str = "--out") -> Path:
     """The folder an output path names, links followed; it must be a folder or absent."""
     given = Path(target)
-    try:
-        info = os.stat(given)
-    except FileNotFoundError:
-        info = None
-    except NotADirectoryError:
-        raise InputError(given, field, "a part of the path is a file, not a folder") from None
-    except OSError as exc:
-        raise InputError(given, field, f"cannot write there: {exc.strerror or exc}") from None
+    info = _stat_output(given, field)
     if info is not None and describe_mode(info.st_mode) != "a folder":
         raise InputError(given, field, "exists and is not a folder")
     if given.is_symlink() and info is None:

@@ -196,7 +196,8 @@ def _snapshot(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec.setdefault("total_memory", _gib(m["total"]))
 
 
-@_rule("Initializing a V1 LLM engine", r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]+)\) with config: (?P<cfg>.*)")
+@_rule("Initializing a V1 LLM engine",
+       r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]{1,80})\) with config: (?P<cfg>.*)")
 def _banner(rec: dict[str, Any], m: re.Match[str]) -> None:
     cfg = m["cfg"]
     conf = rec["config"]
@@ -224,7 +225,7 @@ def _banner(rec: dict[str, Any], m: re.Match[str]) -> None:
     caching = grab(r"(?:^|, )enable_prefix_caching=(True|False)")
     if caching is not None:
         conf["enable_prefix_caching"] = caching == "True"
-    spec = grab(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
+    spec = grab(r"speculative_config=(SpeculativeConfig\([^)]{0,600}\)|None)")  # bounded: linear on any line
     if spec == "None":
         conf["num_speculative_tokens"] = 0
     elif spec:
@@ -239,11 +240,13 @@ def _banner(rec: dict[str, Any], m: re.Match[str]) -> None:
             conf["speculative_model"] = draft.group(1)
 
 
-@_rule("non-default args", r"non-default args: (?P<args>\{.*\})\s*$")
+@_rule("non-default args", r"non-default args: (?P<args>\{.*)")  # to the end at once: no backtracking
 def _non_default_args(rec: dict[str, Any], m: re.Match[str]) -> None:
+    if not m["args"].rstrip().endswith("}"):
+        raise ValueError("not a logged dict")  # not a line of ours
     conf = rec["config"]
     conf["args_logged"] = True
-    args = _literal_dict(m["args"])
+    args = _literal_dict(m["args"].rstrip())
     model = args.get("model") or args.get("model_tag")
     if isinstance(model, str):
         conf["model"] = model
@@ -293,7 +296,8 @@ def _literal_dict(text: str) -> dict[str, Any]:
     return out
 
 
-@_rule("server version", r"vLLM (?:API )?server version (?P<version>\S+?)(?:,? serving model (?P<model>\S+))?$")
+@_rule("server version",
+       r"vLLM (?:API )?server version (?P<version>\S{1,80}?)(?:,? serving model (?P<model>\S{1,400}))?$")
 def _server_version(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["config"]["version"] = m["version"]
     if m["model"]:
