@@ -108,3 +108,12 @@ def test_plan_sizes_rooms_transfer_and_recipes_with_the_draft_and_dcp(tmp_path: 
     assert roles["prefill"]["speculative-config"] == roles["decode"]["speculative-config"]
     assert roles["decode"]["decode-context-parallel-size"] == 2 and "decode-context-parallel-size" not in roles[
         "prefill"]
+
+
+def test_a_draft_given_as_its_config_file_is_served_from_its_folder() -> None:
+    from pdtune.recipe import _draft
+
+    settings = {"speculative_model": "models/eagle3/config.json", "speculative_method": "eagle3",
+                "num_speculative_tokens": 2}
+    assert _draft(settings) == {"method": "eagle3", "model": "models/eagle3", "num_speculative_tokens": 2}
+    assert _draft({"speculative_model": None}) is None

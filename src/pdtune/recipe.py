@@ -186,7 +186,9 @@ def _draft(settings: dict[str, Any]) -> dict[str, Any] | None:
     model = settings.get("speculative_model")
     if not model:
         return None
-    return {"method": settings.get("speculative_method") or "draft_model", "model": str(model),
+    path = Path(str(model))
+    model = str(path.parent) if path.suffix == ".json" else str(model)  # vLLM loads a folder or a Hub id
+    return {"method": settings.get("speculative_method") or "draft_model", "model": model,
             "num_speculative_tokens": int(settings.get("num_speculative_tokens") or 1)}
 
 

@@ -25,6 +25,10 @@ isolated sweeps with --prefill-results/--decode-results (any format `pdtune resu
 tok/s/GPU = total (input + output) tokens/s over all GPUs; tok/s/user = 1000 / TPOT; TTFT includes the KV
 transfer from the prefill to the decode engine (NVLink inside one NVLink domain, else the scale-out network).
 Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
+Factors: --calibration CAL (from `pdtune calibrate`, one per pool GPU) or each GPU's defaults
+(data/perfmodel/defaults.csv); the KV transfer runs at the lower pool's link factor. The model predicts a mean
+TPOT: a --max-tpot-ms-p90 limit is checked against it times the measured p99/median ratio of the bundled
+InferenceX points (or --tpot-p90-factor), or against a measured decode sweep's p99; the plan prints which.
 Examples:
   pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024 --min-tps-per-user 20 --json
   pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024
