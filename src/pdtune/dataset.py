@@ -209,6 +209,8 @@ def result_record(p: Prediction, spec: DatasetSpec) -> dict[str, object]:
         "roofline_total_tps": _sig(p.roofline_tps),
         "step_ms": {k: _sig(1000 * v, 5) for k, v in p.step.items()},
     }
+    if p.mode == "disagg":  # the KV transfer term of its TTFT (pdtune.transfer, as pdtune plan charges it)
+        record["pdtune"]["kv_transfer_ms"] = _sig(p.kv_transfer_ms)  # type: ignore[index]
     return record
 
 

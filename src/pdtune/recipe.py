@@ -110,6 +110,8 @@ class Engine:
     kv_cache_dtype: str
     block_size: int | None
     kv_transfer: bool
+    draft: dict[str, Any] | None = None  # speculative-config of a draft model beside the target (EAGLE, ...)
+    decode_context_parallel_size: int = 1
 
     def vllm_config(self) -> dict[str, Any]:
         """srt-slurm's ``vllm_config`` keys for this engine (``key: true`` is a bare flag)."""
@@ -119,6 +121,8 @@ class Engine:
             config["data-parallel-size"] = t.dp
         if t.expert_parallel:
             config["enable-expert-parallel"] = True
+        if self.decode_context_parallel_size > 1:
+            config["decode-context-parallel-size"] = self.decode_context_parallel_size
         config.update({
             "max-model-len": self.max_model_len,
             "max-num-seqs": self.max_num_seqs,
@@ -132,6 +136,8 @@ class Engine:
         if self.mtp_tokens:
             config["speculative-config"] = json.dumps({"method": "mtp", "num_speculative_tokens": self.mtp_tokens},
                                                       separators=(",", ":"))
+        elif self.draft is not None:
+            config["speculative-config"] = json.dumps(self.draft, separators=(",", ":"))
         if self.kv_transfer:
             config["kv-transfer-config"] = json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))
         return config
@@ -170,7 +176,20 @@ def _engine(role: str, topology: str, mtp: int, concurrency: int, settings: dict
         # A decode step carries every running request's 1 + K tokens (the article's rule, +16).
         batched = default_max_num_batched_tokens(seqs, mtp)
     return Engine(role, topo, mtp, seqs, batched, max_model_len, float(settings["gpu_memory_utilization"]),
-                  str(settings["kv_cache_dtype"]), block_size, kv_transfer)
+                  str(settings["kv_cache_dtype"]), block_size, kv_transfer, _draft(settings),
+                  int(settings.get("decode_context_parallel_size") or 1) if role == "decode" else 1)
+
+
+def _draft(settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's ``--speculative-model`` as vLLM's speculative-config (both roles run it, as the plan sized
+    their KV caches); the method is the one pdtune.state inferred from the draft's architecture."""
+    model = settings.get("speculative_model")
+    if not model:
+        return None
+    path = Path(str(model))
+    model = str(path.parent) if path.suffix == ".json" else str(model)  # vLLM loads a folder or a Hub id
+    return {"method": settings.get("speculative_method") or "draft_model", "model": model,
+            "num_speculative_tokens": int(settings.get("num_speculative_tokens") or 1)}
 
 
 # ------------------------------------------------------------------------------------------ recipes

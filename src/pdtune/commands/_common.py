@@ -147,6 +147,12 @@ SHARED_FLAGS: dict[str, dict[str, Any]] = {
     "--osl": {"type": whole_flag(limits.MAX_MODEL_LEN, "tokens"), "help": "output tokens per request"},
     "--num-speculative-tokens": {"type": whole_flag(limits.MAX_SPECULATIVE_TOKENS, "speculative tokens", minimum=0),
                                  "default": 0, "metavar": "K"},
+    "--speculative-model": {"metavar": "NAME_OR_CONFIG",
+                            "help": "EAGLE/EAGLE3 head or draft model (bundled name or config.json); its layers "
+                                    "join the KV cache"},
+    "--decode-context-parallel-size": {"type": whole_flag(limits.MAX_PARALLEL, "ranks"), "default": 1, "metavar": "N",
+                                       "help": "DCP size: full-attention KV tokens shard over N ranks of the TP "
+                                               "group (default 1)"},
     "--gpus": {"type": gpu_counts, "default": None, "metavar": "N|prefill=P,decode=D",
                "help": f"GPU counts for results that do not record them (else a {SIDECAR_NAME} next to them)"},
     "--out": {"metavar": "DIR"},
@@ -160,3 +166,15 @@ def shared_flag(parser: argparse.ArgumentParser | argparse._ActionsContainer, na
     """Add the shared flag ``name`` (a key of :data:`SHARED_FLAGS`) to ``parser`` (or to a group of it),
     with ``overrides`` (``default``, ``help``, ...) for what this command says differently."""
     return parser.add_argument(name, **{**SHARED_FLAGS[name], **overrides})
+
+
+def draft_and_dcp_flags(parser: argparse.ArgumentParser, *, engines: str) -> None:
+    """``--speculative-model`` with its ``--num-speculative-tokens``, and ``--decode-context-parallel-size``:
+    what they change in ``engines`` (the KV room, as ``pdtune state`` counts it) and what not (the step time)."""
+    shared_flag(parser, "--speculative-model",
+                help="EAGLE/EAGLE3 head or draft model (bundled name or config.json) with --num-speculative-tokens: "
+                     f"its layers join the KV cache of {engines}; its draft passes are not in the step time")
+    shared_flag(parser, "--num-speculative-tokens", help="draft tokens of --speculative-model (MTP: --mtp)")
+    shared_flag(parser, "--decode-context-parallel-size",
+                help="DCP size of the decode engines: full-attention KV tokens shard over N ranks of their TP "
+                     "group (KV room as `pdtune state` counts it; the TP must be a multiple; not in the step time)")

@@ -38,10 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                 help="speculative tokens, if the log does not say them")
     p.add_argument("--max-model-len", type=whole_flag(MAX_MODEL_LEN, "tokens"),
                    help="max_model_len, if the log does not say it")
-    p.add_argument("--speculative-model", metavar="NAME_OR_CONFIG",
-                   help="the EAGLE/EAGLE3 head or draft model's config: its layers join the KV cache")
-    p.add_argument("--decode-context-parallel-size", type=whole_flag(MAX_PARALLEL, "ranks"), metavar="N",
-                   help="DCP size, if the log does not say it")
+    shared_flag(p, "--speculative-model")
+    shared_flag(p, "--decode-context-parallel-size", default=None, help="DCP size, if the log does not say it")
     p.add_argument("--total-gib", type=gib_flag, metavar="G",
                    help="GPU total memory for the waterfall when the log does not print it (before 0.26)")
     shared_flag(p, "--gpu-memory-utilization", metavar="U",

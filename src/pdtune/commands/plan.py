@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pdtune.commands._common import MAX_LIST, emit_json, non_negative_float, shared_flag, whole_flag
+from pdtune.commands._common import (
+    MAX_LIST,
+    draft_and_dcp_flags,
+    emit_json,
+    non_negative_float,
+    shared_flag,
+    whole_flag,
+)
 from pdtune.errors import InputError, brief
 from pdtune.limits import MAX_GPUS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
@@ -17,6 +24,10 @@ isolated sweeps with --prefill-results/--decode-results (any format `pdtune resu
 tok/s/GPU = total (input + output) tokens/s over all GPUs; tok/s/user = 1000 / TPOT; TTFT includes the KV
 transfer from the prefill to the decode engine (NVLink inside one NVLink domain, else the scale-out network).
 Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
+Factors: --calibration CAL (from `pdtune calibrate`, one per pool GPU) or each GPU's defaults
+(data/perfmodel/defaults.csv); the KV transfer runs at the lower pool's link factor. The model predicts a mean
+TPOT: a --max-tpot-ms-p90 limit is checked against it times the measured p99/median ratio of the bundled
+InferenceX points (or --tpot-p90-factor), or against a measured decode sweep's p99; the plan prints which.
 Examples:
   pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024 --min-tps-per-user 20 --json
   pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024
@@ -68,8 +79,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interactivity floor(s), tokens/s per user (one pick per floor)")
     p.add_argument("--max-ttft-ms", type=non_negative_float, metavar="T", help="TTFT limit, ms (median)")
     p.add_argument("--max-tpot-ms-p90", type=non_negative_float, metavar="P",
-                   help="TPOT p90 limit, ms (checked against TPOT p99 where a sweep has spread)")
-    p.add_argument("--calibration", metavar="CAL.yaml", help="calibration of the performance model (pending)")
+                   help="TPOT p90 limit, ms: checked against a measured decode sweep's p99 TPOT where given, else "
+                        "the modeled TPOT x --tpot-p90-factor (the plan prints the basis)")
+    p.add_argument("--tpot-p90-factor", type=non_negative_float, metavar="F",
+                   help="TPOT p90 / modeled TPOT (default: the median p99/median TPOT of the measured InferenceX "
+                        "disaggregated points in data/clusters/inferencex-gb200-dsr1)")
+    p.add_argument("--calibration", nargs="+", default=[], metavar="CAL.yaml",
+                   help="factors from `pdtune calibrate`, one file per pool GPU (the file names its GPU; a mixed "
+                        "pool takes two); default: each GPU's defaults (data/perfmodel/defaults.csv)")
+    draft_and_dcp_flags(p, engines="both pools (and the KV transfer; it replaces the MTP candidates)")
     p.add_argument("--prefill-results", nargs="+", metavar="PATH", help="measured prefill-only sweeps (ISL/2)")
     p.add_argument("--decode-results", nargs="+", metavar="PATH", help="measured decode-only sweeps")
     p.add_argument("--prefill-topologies", type=_names, metavar="T1,T2", help="restrict the prefill layouts")
@@ -105,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
         osl=args.osl, mtp_tokens=args.mtp, acceptance=args.acceptance, kv_cache_dtype=args.kv_cache_dtype,
         vllm=args.vllm, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_batched_tokens=args.max_num_batched_tokens, prefill_topologies=args.prefill_topologies,
-        decode_topologies=args.decode_topologies, calibration=args.calibration,
+        decode_topologies=args.decode_topologies, calibration=tuple(args.calibration),
+        speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens,
+        decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
@@ -142,6 +162,15 @@ def render(result: Plan, written: list[str] | None = None) -> str:
         f"  {c['rows_network_charged']:,} rows put a TP/EP group over more than one NVLink domain "
         f"(collectives charged at the NIC's bandwidth); {c['frontier_rows_network_charged']} of them on the "
         "frontier",
+        "  factors: " + _factors(result),
+    ]
+    if any(p.sla.max_tpot_ms_p90 is not None for p in result.picks) and result.tpot_p90 is not None:
+        lines.append(f"  TPOT p90 (for the p90 limit): {result.tpot_p90.basis}; rows built on a measured decode "
+                     "sweep with a p99 TPOT use that p99")
+    extras = result.state_extras()
+    if extras is not None:
+        lines.append(f"  {_extras(extras)}")
+    lines += [
         "",
         "Frontier (upper envelope; * = SLA pick off the frontier). tok/s/GPU: total tokens/s over all GPUs; "
         "tok/s/user: 1000 / TPOT; TTFT includes the KV transfer; from: prefill/decode sweeps, M = modeled, "
@@ -170,6 +199,25 @@ def render(result: Plan, written: list[str] | None = None) -> str:
     if written:
         lines += ["", f"Recipes written ({len(written)} files):"] + [f"  {w}" for w in written]
     return "\n".join(lines)
+
+
+def _factors(result: Plan) -> str:
+    """Where each pool's performance-model factors come from."""
+    f = result.factors
+    link = min(x.efficiency.link for x in f.values())
+    where = (f"{f['prefill'].source}, both pools" if f["prefill"].source == f["decode"].source
+             else f"prefill {f['prefill'].source}; decode {f['decode'].source}")
+    return f"{where}; KV transfer at {link:.0%} of the link's bandwidth (the lower pool's link factor)"
+
+
+def _extras(extras: dict[str, Any]) -> str:
+    parts = []
+    if extras["speculative_model"]:
+        parts.append(f"draft {extras['speculative_model']} ({extras['speculative_method']}, "
+                     f"{extras['num_speculative_tokens']} tokens)")
+    if extras["decode_context_parallel_size"] > 1:
+        parts.append(f"decode context parallel size {extras['decode_context_parallel_size']}")
+    return f"{' and '.join(parts)}: affects {extras['affects']}"
 
 
 def _missing(value: Any) -> bool:

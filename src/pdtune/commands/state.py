@@ -92,12 +92,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     gpu.add_argument("--gpu", metavar="NAME", help="bundled GPU (gb300, h100, ...): picks vLLM's default token budget")
     gpu.add_argument("--gpu-memory-gib", type=gib_flag, metavar="G",
                      help="GPU memory torch reports, in GiB: picks vLLM's default token budget")
-    p.add_argument("--speculative-model", metavar="NAME_OR_CONFIG",
-                   help="EAGLE/EAGLE3 head or draft model (bundled name or config.json); its layers join the cache")
+    shared_flag(p, "--speculative-model")
     p.add_argument("--speculative-method", choices=SPECULATIVE_METHODS,
                    help="default: eagle3/eagle from the draft's architecture, else draft_model; mtp without a draft")
-    p.add_argument("--decode-context-parallel-size", type=whole_flag(MAX_PARALLEL, "ranks"), default=1, metavar="N",
-                   help="DCP size: full-attention KV tokens shard over N ranks of the TP group (default 1)")
+    shared_flag(p, "--decode-context-parallel-size")
     hma = p.add_mutually_exclusive_group()
     hma.add_argument("--disable-hybrid-kv-cache-manager", dest="hybrid_kv_cache_manager", action="store_false",
                      default=None, help="sliding/chunked layers allocated as full attention")

@@ -56,6 +56,12 @@ class Config:
         self.raw = {**raw, **text} if isinstance(text, dict) else raw
         self.source = source
 
+    def with_defaults(self, defaults: dict[str, Any]) -> Config:
+        """The same config with the transformers config class's defaults under the keys it leaves out."""
+        out = Config(self.outer, self.source)
+        out.raw = {**defaults, **self.raw}
+        return out
+
     def has(self, key: str) -> bool:
         return self.raw.get(key) is not None
 

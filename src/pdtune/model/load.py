@@ -8,7 +8,7 @@ from typing import Any
 from pdtune import guarded
 from pdtune.errors import InputError
 from pdtune.model.config import Config
-from pdtune.model.families import FAMILIES, SUPPORTED_MODEL_TYPES, family_of
+from pdtune.model.families import CONFIG_CLASS_DEFAULTS, FAMILIES, SUPPORTED_MODEL_TYPES, family_of
 from pdtune.model.families.common import model_dtype
 from pdtune.model.spec import ModelSpec
 from pdtune.paths import models_dir
@@ -77,6 +77,8 @@ def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: 
         why = NOT_MODELLED.get(model_type, "unknown architecture")
         raise InputError(source, "model_type",
                          f"{why} {model_type!r}; pdtune understands: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if family in CONFIG_CLASS_DEFAULTS:
+        cfg = cfg.with_defaults(CONFIG_CLASS_DEFAULTS[family])
     archs = raw.get("architectures") or cfg.raw.get("architectures") or [model_type]
     architecture = str(archs[0]) if isinstance(archs, list) and archs else model_type
     text_type = cfg.text.get("model_type") if cfg.text is not None else None

@@ -78,10 +78,14 @@ class Calibration:
         return head + yaml.safe_dump(doc, sort_keys=False)
 
     def check(self, model: str | None = None, gpu: str | None = None) -> Calibration:
-        """This calibration, if it is for ``model`` and ``gpu``; else a one-line InputError naming the field."""
+        """This calibration, if it is for ``model`` and ``gpu``; else a one-line InputError naming the field.
+
+        ``model`` is what a command was given: a bundled name, a folder, its ``config.json`` (the folder's
+        name), or a results' model id (its last path component); every command passes it as given."""
         where = self.source or "calibration"
-        if model is not None and model_key(model) != self.model:
-            raise InputError(where, "model", f"calibrated for {self.model}, not {model_key(model)}")
+        key = model_key(Path(model).parent.name if model is not None and str(model).endswith(".json") else model)
+        if model is not None and key != self.model:
+            raise InputError(where, "model", f"calibrated for {self.model}, not {key}")
         if gpu is not None and gpu.strip().lower() != self.gpu:
             raise InputError(where, "gpu", f"calibrated for {self.gpu}, not {gpu.strip().lower()}")
         return self

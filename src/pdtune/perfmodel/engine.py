@@ -68,6 +68,11 @@ class EngineConfig:
     max_num_seqs: int | None = None  # None: only the KV cache limits running requests
     template_tokens: int = 0  # chat-template tokens added to every request
     overheads_gib: tuple[float, float, float] | None = None  # (activation, non-torch, graphs); None: table 3
+    # KV room only (pdtune.state): an EAGLE head's or draft model's layers join the cache with its draft
+    # tokens; DCP shards full-attention tokens over the TP group. Neither changes the step model.
+    speculative_model: ModelSpec | None = None
+    num_speculative_tokens: int = 0  # the speculative model's draft tokens (MTP uses ``mtp_tokens``)
+    decode_context_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -634,9 +639,11 @@ def build_engine(
         max_model_len=isl + osl + config.template_tokens,
         tp=topology.tp,
         kv_cache_dtype=config.kv_cache_dtype,
-        num_speculative_tokens=mtp_tokens,
+        num_speculative_tokens=mtp_tokens or config.num_speculative_tokens,
         vllm=config.vllm,
         prefix_caching=False,
+        speculative_model=config.speculative_model,
+        decode_context_parallel_size=config.decode_context_parallel_size,
     )
     weights = stage_weights(spec, topology, mtp=mtp_tokens > 0)
     overheads = engine_overheads(topology, mtp_tokens > 0, config)
