@@ -113,6 +113,19 @@ def dump(obj: Any) -> str:
     return json.dumps(obj)
 
 
+def device(path: Path, minor: int) -> Path | None:
+    """A character device of the memory driver (``/dev/null`` is minor 3, ``/dev/zero`` 5) made in the corpus, so
+    that no case ever points at the machine's own; None where pdtune's tests may not make one (not root)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    except (OSError, AttributeError):
+        return None
+    return path
+
+
 def immutable(folder: Path) -> bool:
     """Make ``folder`` unwritable even for root (chattr +i); False where that is not possible."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -449,9 +462,13 @@ def build(root: Path) -> list[Case]:
             "--out", out / "wb", names=f"huge-{key}.yaml", field=key)
 
     # ---------------------------------------------------------------- 6: output paths
+    # Never the machine's own /dev/null: code that replaces its output (the bug) would replace it for everyone.
+    null = device(sp / "null", 3)
     targets = (("below-a-file", out / "a-file" / "x.csv"), ("a-folder", out / "a-folder"),
                ("proc", Path("/proc/pdtune-test/x.csv")), ("proc-self", Path("/proc/self/status")),
-               ("dev-null", Path("/dev/null")), ("fifo", fifo(sp / "out-fifo")))
+               ("fifo", fifo(sp / "out-fifo")))
+    if null is not None:
+        targets += (("device", null),)
     if can_lock:
         targets += (("immutable", out / "immutable" / "x.csv"),)
     for name, target in targets:
@@ -473,7 +490,9 @@ def build(root: Path) -> list[Case]:
     add(6, "workbook-out-dangling-link", "workbook", params_ok, "--out", link, names="dangling-link")
 
     # ---------------------------------------------------------------- 7: FIFOs and special files as input
-    for name, path in (("fifo", fifo(sp / "in.fifo")), ("folder", sp / "a-folder"), ("dev-zero", Path("/dev/zero"))):
+    zero = device(sp / "zero", 5)
+    for name, path in (("fifo", fifo(sp / "in.fifo")), ("folder", sp / "a-folder"),
+                       *((("device", zero),) if zero is not None else ())):
         (sp / "a-folder").mkdir(parents=True, exist_ok=True)
         add(7, f"log-{name}", "log", path, names=path.name)
         add(7, f"state-model-{name}", *state, path, names=path.name) if name != "folder" else None
@@ -581,7 +600,7 @@ def build(root: Path) -> list[Case]:
         add(11, f"no-data-{name}", *argv, own_process=True, env={"PDTUNE_DATA": str(root / "no-data")})
     noart = root / "data-no-article"
     if not noart.exists():
-        shutil.copytree(REPO / "data", noart, ignore=shutil.ignore_patterns("clusters", "article"))
+        shutil.copytree(REPO / "data", noart, ignore=shutil.ignore_patterns("article"))
     add(11, "no-article-table-plan", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
         "--osl", "128", names="table3_memory_per_engine.csv", own_process=True, env={"PDTUNE_DATA": str(noart)})
     add(11, "no-article-table-predict", "predict", "qwen3-32b", *predict, names="table3_memory_per_engine.csv",
@@ -716,7 +735,9 @@ def build(root: Path) -> list[Case]:
         add(2, f"calibrate-holdout-{value}", *calibrate, "--holdout", value, "--out", out / "cal.yaml",
             names="--holdout")
     cal_targets = (("below-a-file", out / "a-file" / "cal.yaml"), ("a-folder", out / "a-folder"),
-                   ("proc", Path("/proc/pdtune-test/cal.yaml")), ("fifo", sp / "out-fifo"), ("dev-null", Path("/dev/null")))
+                   ("proc", Path("/proc/pdtune-test/cal.yaml")), ("fifo", sp / "out-fifo"))
+    if null is not None:
+        cal_targets += (("device", null),)
     if can_lock:
         cal_targets += (("immutable", out / "immutable" / "cal.yaml"),)
     for name, target in cal_targets:
