@@ -164,13 +164,19 @@ def test_deepseek_v3_current_line(tp: int) -> None:
 
 
 def test_sliding_window_layers_keep_a_window() -> None:
+    # Corrected for 0.26+: SlidingWindowSpec.max_admission_blocks_per_request (v1/kv_cache_interface.py) holds
+    # VllmConfig.max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens = 2 x 8192 with async
+    # scheduling (on by default since 0.20), not one batch.
     plan = plan_state(load_model("gpt-oss-120b"), max_model_len=LEN, vllm="0.33")
     blocks = {str(g.kind): g.blocks_per_request for g in plan.groups}
     # 8 KV heads x 64 x 2 x bf16; 18 sliding + 18 full layers -> two groups of 18 (1.5 rule)
     assert plan.group_size == 18
     assert blocks["full_attention"] == 9216 // 16
-    # min(128 - 1 + 8192, 9216) = 8319 tokens -> ceil(8319 / 16) + 1 = 521 blocks
-    assert blocks["sliding_attention"] == -(-8319 // 16) + 1 == 521
+    # min(128 - 1 + 16384, 9216) = 9216 tokens -> ceil(9216 / 16) + 1 = 577 blocks
+    assert blocks["sliding_attention"] == -(-9216 // 16) + 1 == 577
+    # 0.25 held one batch: min(128 - 1 + 8192, 9216) = 8319 -> ceil(8319 / 16) + 1 = 521
+    old = plan_state(load_model("gpt-oss-120b"), max_model_len=LEN, vllm="0.25")
+    assert {str(g.kind): g.blocks_per_request for g in old.groups}["sliding_attention"] == -(-8319 // 16) + 1 == 521
 
 
 def test_version_lines() -> None:

@@ -195,6 +195,53 @@ def default_max_num_batched_tokens(max_num_seqs: int, num_speculative_tokens: in
     return max_num_seqs * (1 + num_speculative_tokens) + 16
 
 
+
+def vllm_default_max_num_batched_tokens(
+    gpu_memory_bytes: int | None,
+    *,
+    vllm: str,
+    device_name: str = "",
+    max_model_len: int | None = None,
+    usage: str = "serve",
+    throughput_mode: bool = False,
+    chunked_prefill: bool = True,
+    max_num_seqs: int | None = None,
+) -> int:
+    """vLLM's default ``--max-num-batched-tokens`` when none is given, by GPU memory (one GPU, as torch sees it).
+
+    ``EngineArgs.get_batch_defaults`` and ``_set_default_max_num_seqs_and_batched_tokens_args``
+    (vllm/engine/arg_utils.py), per line:
+
+    * >= 160 GiB (0.28+: B200/B300, GB300): 16384 for ``vllm serve`` and the ``LLM`` class;
+    * >= 70 GiB and not an A100 (and, 0.33, not a GB10): serve 8192, ``LLM`` 16384;
+    * otherwise, or when the device cannot be queried (``gpu_memory_bytes`` None): serve 2048, ``LLM`` 8192
+      (``SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`` 2048 outside the two usage contexts);
+    * ``--performance-mode throughput`` (0.20+) doubles it; without chunked prefill 0.20+ takes
+      ``max(max_model_len, default)`` and 0.11 takes ``max_model_len``; 0.20+ then caps it at
+      ``max_num_seqs x max_model_len`` (1024 sequences on the two larger tiers, 256 on the small one).
+    """
+    if usage not in ("serve", "llm"):
+        raise InputError("--usage", "usage", f"use serve or llm, got {usage!r}")
+    name = device_name.lower()
+    memory = gpu_memory_bytes or 0
+    gb10 = at_least(vllm, "0.33") and "gb10" in name
+    if at_least(vllm, "0.28") and memory >= 160 * GiB:
+        tokens, seqs = 16384, 1024
+    elif memory >= 70 * GiB and "a100" not in name and not gb10:
+        tokens, seqs = (8192 if usage == "serve" else 16384), 1024
+    else:
+        tokens, seqs = (2048 if usage == "serve" else 8192), 256
+    if not at_least(vllm, "0.20"):
+        return max_model_len if not chunked_prefill and max_model_len is not None else tokens
+    if throughput_mode:
+        tokens *= 2
+        seqs *= 2
+    if max_model_len is not None:
+        if not chunked_prefill:
+            tokens = max(max_model_len, tokens)
+        tokens = min((max_num_seqs or seqs) * max_model_len, tokens)
+    return tokens
+
 def cudagraph_plan(
     max_num_seqs: int,
     *,

@@ -97,7 +97,21 @@ def _layer(spec: ModelSpec, index: int, kind: LayerKind, moe: bool | None = None
     h = spec.hidden_size
     norms = h if spec.model_type == "nemotron_h" else 2 * h  # Nemotron-H blocks have one pre-norm
     count = ParameterCount(norms=norms)
-    if kind in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION):
+    if kind is LayerKind.ATTENTION_MAMBA2:  # Falcon-H1: both mixers side by side, then the MLP
+        count += _mixer(spec, LayerKind.FULL_ATTENTION) + _mixer(spec, LayerKind.MAMBA2)
+    else:
+        count += _mixer(spec, kind)
+    # Nemotron-H layers are single blocks (a mixer or an MLP); everywhere else a mixer is followed by an FFN.
+    if spec.model_type != "nemotron_h" or kind is LayerKind.MLP:
+        count += _ffn(spec, index, moe)
+    return count
+
+
+def _mixer(spec: ModelSpec, kind: LayerKind) -> ParameterCount:
+    """The token mixer of one layer: attention or a recurrent block (projections, convs, gates, norms)."""
+    h = spec.hidden_size
+    count = ParameterCount()
+    if kind in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION, LayerKind.CHUNKED_ATTENTION):
         a = spec.attention
         assert a is not None
         q = a.num_heads * a.head_dim
@@ -121,6 +135,11 @@ def _layer(spec: ModelSpec, index: int, kind: LayerKind, moe: bool | None = None
         )
         out = m.num_heads * m.v_head_dim * h
         count += ParameterCount(attention=q + kv + out, norms=q_norm + m.kv_lora_rank)
+        if spec.indexer is not None:  # DeepSeek-V3.2's indexer: wq_b, wk and weights_proj (deepseek_v2.py)
+            ix = spec.indexer
+            q_in = m.q_lora_rank or h
+            count += ParameterCount(attention=q_in * ix.num_heads * ix.head_dim + h * ix.head_dim + h * ix.num_heads,
+                                    norms=2 * ix.head_dim)
     elif kind is LayerKind.GDN:
         g = spec.gdn
         assert g is not None
@@ -137,9 +156,26 @@ def _layer(spec: ModelSpec, index: int, kind: LayerKind, moe: bool | None = None
         in_proj = h * (2 * inner + 2 * mb.n_groups * mb.state_size + mb.num_heads)
         conv = conv_dim * mb.conv_kernel + conv_dim  # weights and bias
         count += ParameterCount(mamba=in_proj + conv + inner * h, norms=3 * mb.num_heads + inner)
-    # Nemotron-H layers are single blocks (a mixer or an MLP); everywhere else a mixer is followed by an FFN.
-    if spec.model_type != "nemotron_h" or kind is LayerKind.MLP:
-        count += _ffn(spec, index, moe)
+    elif kind is LayerKind.MAMBA1:
+        m1 = spec.mamba1
+        assert m1 is not None
+        inner, n, r = m1.intermediate_size, m1.state_size, m1.dt_rank
+        # in_proj (x and z), conv + bias, x_proj (dt, B, C), dt_proj + bias, A_log, D, out_proj
+        params = h * 2 * inner + inner * m1.conv_kernel + inner + inner * (r + 2 * n) + r * inner + inner
+        params += inner * n + inner + inner * h
+        count += ParameterCount(mamba=params, norms=r + 2 * n)  # Jamba's dt/B/C layernorms
+    elif kind is LayerKind.KDA:
+        k = spec.kda
+        assert k is not None
+        width = k.num_heads * k.head_dim
+        # q, k, v, o projections, three short convs, the low-rank f and g gates, beta, A_log and dt_bias
+        params = 4 * h * width + 3 * width * k.conv_kernel + 2 * (h * k.head_dim + k.head_dim * width)
+        params += h * k.num_heads + k.num_heads + width
+        count += ParameterCount(gdn=params, norms=k.head_dim)
+    elif kind is LayerKind.SHORT_CONV:
+        sc = spec.short_conv
+        assert sc is not None
+        count += ParameterCount(mamba=h * 3 * sc.conv_dim + sc.conv_dim * sc.l_cache + sc.conv_dim * h)
     return count
 
 

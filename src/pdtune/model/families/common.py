@@ -1,0 +1,106 @@
+"""Readers shared by every family: attention heads, MoE blocks, weight formats, MTP layers."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from pdtune.errors import InputError
+from pdtune.model.config import Config
+from pdtune.model.spec import AttentionShape, MoEShape, WeightFormat, dtype_bytes
+
+
+def attention_shape(cfg: Config, *, output_gate: bool = False, sliding_window: int | None = None,
+                    heads_key: str = "num_attention_heads", kv_key: str = "num_key_value_heads") -> AttentionShape:
+    heads = cfg.int(heads_key)
+    kv = cfg.int(kv_key, heads)
+    if heads % kv:
+        raise InputError(cfg.source, kv_key, f"{kv} does not divide {heads_key} {heads}")
+    if cfg.has("head_dim"):
+        head_dim = cfg.int("head_dim")
+    else:
+        hidden = cfg.int("hidden_size")
+        if hidden % heads:
+            raise InputError(cfg.source, "head_dim", f"missing, and hidden_size is not a multiple of {heads_key}")
+        head_dim = hidden // heads
+    return AttentionShape(heads, kv, head_dim, output_gate, sliding_window)
+
+
+def moe_shape(cfg: Config, *, experts_key: str = "num_experts", expert_size_key: str = "moe_intermediate_size",
+              top_k_key: str = "num_experts_per_tok") -> MoEShape | None:
+    if not cfg.has(experts_key):
+        return None
+    experts = cfg.int(experts_key, minimum=0)
+    if experts == 0:
+        return None
+    shared = 0
+    if cfg.has("shared_expert_intermediate_size"):
+        shared = cfg.int("shared_expert_intermediate_size", minimum=0)
+    elif cfg.has("n_shared_experts"):
+        shared = cfg.int("n_shared_experts", minimum=0) * cfg.int(expert_size_key)
+    elif cfg.has("num_shared_experts"):
+        shared = cfg.int("num_shared_experts", minimum=0) * cfg.int(expert_size_key)
+    elif cfg.has("shared_intermediate_size"):  # granitemoehybrid
+        shared = cfg.int("shared_intermediate_size", minimum=0)
+    top_k = top_k_key if cfg.has(top_k_key) else "num_experts_per_token"
+    return MoEShape(
+        num_experts=experts,
+        experts_per_token=cfg.int(top_k),
+        expert_intermediate_size=cfg.int(expert_size_key) if cfg.has(expert_size_key) else cfg.int("intermediate_size"),
+        shared_intermediate_size=shared,
+        shared_expert_gate=shared > 0 and str(cfg.raw.get("model_type", "")).startswith("qwen"),
+    )
+
+
+def weight_format(cfg: Config, dtype: str) -> WeightFormat:
+    """Bytes per parameter per weight class, from ``quantization_config``.
+
+    Block-scaled formats carry their scales: FP8 with 128x128 fp32 block scales (DeepSeek-V3) costs
+    1 + 4/16384 B; NVFP4 (4-bit values, one fp8 scale per 16) 9/16 B; MXFP4 (one e8m0 scale per 32) 17/32 B.
+    """
+    base = Fraction(dtype_bytes(dtype, cfg.source, "torch_dtype"))
+    q = cfg.outer.get("quantization_config") or cfg.raw.get("quantization_config")
+    if not isinstance(q, dict):
+        return WeightFormat(base, base, base, name=dtype)
+    method = str(q.get("quant_method", "")).lower()
+    algo = str(q.get("quant_algo", "")).upper()
+    if method == "fp8":
+        block = q.get("weight_block_size") or [128, 128]
+        per = Fraction(1) + Fraction(4, int(block[0]) * int(block[1]))
+        return WeightFormat(per, per, base, name="fp8-block")
+    if method == "mxfp4":
+        # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay bf16.
+        return WeightFormat(base, Fraction(17, 32), base, name="mxfp4-experts")
+    if method == "modelopt" and algo == "NVFP4" or method == "nvfp4":
+        experts_only = bool(q.get("experts_only", False)) or bool(q.get("exclude_modules"))
+        nvfp4 = Fraction(9, 16)
+        return WeightFormat(base if experts_only else nvfp4, nvfp4, base, name="nvfp4")
+    if method == "compressed-tensors":
+        return _compressed_tensors(cfg, q, base)
+    raise InputError(cfg.source, "quantization_config.quant_method", f"unsupported quantization {method or algo!r}")
+
+
+def _compressed_tensors(cfg: Config, q: dict[str, Any], base: Fraction) -> WeightFormat:
+    """compressed-tensors int4 group quantization (Kimi-K2.5's experts): 4 bits plus a bf16 scale per group."""
+    groups = q.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else []:
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(weights, dict) and weights.get("num_bits") == 4:
+            size = int(weights.get("group_size") or 32)
+            return WeightFormat(base, Fraction(1, 2) + Fraction(2, size), base, name=f"int4-g{size}")
+        if isinstance(weights, dict) and weights.get("num_bits") == 8:
+            return WeightFormat(Fraction(1), Fraction(1), base, name="int8/fp8")
+    raise InputError(cfg.source, "quantization_config.config_groups", "no weight scheme pdtune understands")
+
+
+def mtp_layers(cfg: Config, default: int = 0) -> int:
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if cfg.has(key):
+            return cfg.int(key, minimum=0)
+    return default
+
+
+def model_dtype(cfg: Config) -> str:
+    dtype = cfg.str("torch_dtype", cfg.raw.get("dtype", "bfloat16"))  # transformers 5 writes "dtype"
+    dtype_bytes(dtype, cfg.source, "torch_dtype")
+    return dtype

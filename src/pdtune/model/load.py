@@ -1,0 +1,88 @@
+"""Reading a ``config.json``: a bundled name, a folder or a file, into a :class:`ModelSpec`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pdtune.errors import InputError
+from pdtune.model.config import Config
+from pdtune.model.families import FAMILIES, SUPPORTED_MODEL_TYPES, family_of
+from pdtune.model.families.common import model_dtype
+from pdtune.model.spec import ModelSpec
+from pdtune.paths import models_dir
+
+
+def bundled_models() -> list[str]:
+    """Names accepted by :func:`load_model` without a path."""
+    root = models_dir()
+    return sorted(p.parent.name for p in root.glob("*/config.json"))
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A bundled name, a folder holding ``config.json``, or the file itself."""
+    text = str(name_or_path)
+    candidate = Path(text)
+    if candidate.is_file():
+        return candidate
+    if candidate.is_dir():
+        inner = candidate / "config.json"
+        if inner.is_file():
+            return inner
+        raise InputError(candidate, "config.json", "folder has no config.json")
+    bundled = models_dir() / text / "config.json"
+    if bundled.is_file():
+        return bundled
+    known = ", ".join(bundled_models()) or "none"
+    raise InputError(text, "model", f"no such file, folder or bundled model (bundled: {known})")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(path, "config.json", "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, "config.json", f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except OSError as exc:
+        raise InputError(path, "config.json", f"unreadable: {exc.strerror}") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, "config.json", "top level must be a JSON object")
+    return raw
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    path = resolve_config_path(name_or_path)
+    raw = read_config(path)
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return spec_from_config(raw, source=str(path), name=name)
+
+
+def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: str = "model") -> ModelSpec:
+    cfg = Config(raw, source)
+    outer_type = raw.get("model_type")  # the outer type names a multimodal wrapper
+    model_type = outer_type if isinstance(outer_type, str) else cfg.str("model_type")
+    family = family_of(cfg, model_type)
+    if family is None:
+        raise InputError(source, "model_type",
+                         f"unknown architecture {model_type!r}; pdtune understands: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    archs = raw.get("architectures") or cfg.raw.get("architectures") or [model_type]
+    architecture = str(archs[0]) if isinstance(archs, list) and archs else model_type
+    text_type = cfg.text.get("model_type") if cfg.text is not None else None
+    common: dict[str, Any] = dict(
+        name=name,
+        source=source,
+        model_type=model_type,
+        architecture=architecture,
+        hidden_size=cfg.int("hidden_size"),
+        vocab_size=cfg.int("vocab_size"),
+        dtype=model_dtype(cfg),
+        tie_word_embeddings=bool(cfg.raw.get("tie_word_embeddings", False)),
+        max_position_embeddings=cfg.opt_int("max_position_embeddings"),
+        max_length=cfg.max_length(str(text_type or model_type)),
+        kv_cache_quant_algo=cfg.kv_cache_quant_algo(),
+        text_model_type=str(text_type) if isinstance(text_type, str) else None,
+        extra={"config": raw, "family": family},
+    )
+    return FAMILIES[family](cfg, common, family)
