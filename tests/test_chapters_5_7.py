@@ -29,7 +29,7 @@ import papermill
 import pytest
 
 import test_prose_numbers as prose
-from pdtune.scenario import Scenario
+from pdtune.scenario import Scenario, article_scenario
 from pdtune.site.render import STATIC_BUILD_ENV
 from pdtune.workbook import load_parameters
 
@@ -118,7 +118,7 @@ def test_exercises_have_folded_solutions_that_call_pdtune(chapter: str) -> None:
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_parameters_are_scenario_fields_with_the_articles_defaults(chapter: str) -> None:
     hints = typing.get_type_hints(Scenario)
-    defaults = Scenario().to_dict()
+    defaults = article_scenario().to_dict()
     declared = declared_parameters(jupytext.read(NOTEBOOKS / f"{chapter}.md"))
     assert {"model", "isl"} & set(declared) or chapter == "07_frontier"
     for name, p in declared.items():

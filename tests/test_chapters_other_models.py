@@ -26,7 +26,7 @@ import pytest
 from myst_nb.core.variables import format_plain_text
 
 from pdtune.model import bundled_models
-from pdtune.scenario import Scenario
+from pdtune.scenario import Scenario, article_scenario
 from pdtune.site.render import STATIC_BUILD_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def test_parameters_are_scenario_fields_with_scenario_defaults(chapter: str) -> 
     import typing
 
     hints = typing.get_type_hints(Scenario)
-    defaults = Scenario().to_dict()
+    defaults = article_scenario().to_dict()
     params = _parameter_cell(chapter)
     assert params, f"{chapter} has no parameters cell"
     for name, p in params.items():

@@ -240,11 +240,11 @@ def test_overhead_readings_bracket_the_articles_20_gib() -> None:
 @given(u=st.floats(0.5, 0.99))
 def test_utilization_what_if_moves_kv_one_for_one(u: float) -> None:
     w = {"run 7": article.article_waterfall(7)}
-    f = ch2.utilization_what_if(w, [0.92, u], {"run 7": article.article_plan().bytes_per_request})
-    dkv = f["kv_cache_gib"].iloc[1] - f["kv_cache_gib"].iloc[0]
-    assert dkv == pytest.approx((u - 0.92) * 276.62, abs=1e-6)
-    assert f["reserve_gib"].iloc[1] + f["kv_cache_gib"].iloc[1] == pytest.approx(
-        f["reserve_gib"].iloc[0] + f["kv_cache_gib"].iloc[0], abs=1e-6)
+    per = article.article_plan().bytes_per_request
+    f = ch2.utilization_what_if(w, [0.92, u], {"run 7": per}, names={"run 7": "article"})
+    kv = f[("article", "KV cache (GiB)")]
+    assert kv.iloc[1] - kv.iloc[0] == pytest.approx((u - 0.92) * 276.62, abs=1e-6)
+    assert f[("article", "requests")].iloc[1] == pytest.approx(kv.iloc[1] * 2**30 / per)
 
 
 def test_reserve_check() -> None:

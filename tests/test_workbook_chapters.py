@@ -18,13 +18,13 @@ import yaml
 
 from pdtune.cli import main
 from pdtune.paths import REPO_ROOT
-from pdtune.scenario import Scenario
+from pdtune.scenario import Scenario, article_scenario
 from pdtune.workbook import SUMMARY_JSON, book_chapters, load_parameters, read_chapter, read_parameters_cell
 from pdtune.workbook.summary import key_numbers
 
 CHAPTERS = book_chapters(REPO_ROOT)
 HINTS = typing.get_type_hints(Scenario)
-DEFAULTS = Scenario().to_dict()
+DEFAULTS = article_scenario().to_dict()
 PARAMS = REPO_ROOT / "data" / "params"
 
 

@@ -12,6 +12,7 @@ from pdtune.commands._common import (
     positive_int,
     shared_flag,
 )
+from pdtune import versions
 from pdtune.errors import InputError
 from pdtune.gpus import bundled_gpus, load_gpu
 from pdtune.model import load_model
@@ -96,8 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     shared_flag(p, "--gpu-memory-utilization", default=0.92, help=None)
     shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8, as the article)")
-    shared_flag(p, "--vllm", default="0.26.1",
-                help="vLLM line whose state accounting applies (default 0.26.1, the article's)")
+    shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
+                help=f"vLLM line whose state accounting applies (default {versions.DEFAULT_VLLM}; the article ran 0.26.1)")
     p.add_argument(
         "--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)"
     )
