@@ -232,7 +232,12 @@ def test_requests_chart_compares_both_counts_per_run() -> None:
     spec = _spec(CHARTS["requests"])
     rows = _data_rows(spec)
     assert len(rows) == 16
-    assert {r["measure"] for r in rows} == {"article: KV cache ÷ 759 MiB", "vLLM 0.26.1: one TP rank"}
+    assert {r["measure"] for r in rows} == {"article: one GPU's KV cache ÷ 759 MiB",
+                                            "vLLM 0.26.1: one engine's requests ÷ its GPUs"}
+    # like with like: both bars are per GPU, so run 7 (TP4, no MTP: perfectly sharded) is the same height
+    run7 = {r["measure"]: r["requests"] for r in rows if r["run"] == 7}
+    assert len(set(round(v, 1) for v in run7.values())) == 1
+    assert _title(spec)[0].startswith("Per GPU, vLLM holds")
     assert "÷" in spec["encoding"]["x"]["title"]  # the axis says what is divided by what
 
 

@@ -138,6 +138,8 @@ def _is_count(name: str, values: pd.Series) -> bool:
         return False
     if pd.api.types.is_integer_dtype(values):
         return True
+    if name.startswith("room") and "per_gpu" not in name:
+        return True  # requests a KV cache holds: whole requests
     last = name.rsplit("_", 1)[-1] if "_" in name else name
     return (name in _COUNT_WORDS or last in _COUNT_WORDS or name.endswith(_COUNT_WORDS)) and not name.endswith(
         ("_gib", "_mib", "_pct", "_s", "_ms"))
@@ -155,12 +157,14 @@ def _formatter(name: str, values: pd.Series, precision: int) -> Any:
                        else f"{v:,.{precision}f}" if isinstance(v, float) else str(v))
     if "tps" in name or name.startswith("requests_per_s"):
         return missing(significant)
+    if name.endswith("max_concurrency"):
+        return missing(lambda v: f"{v:,.2f}")  # as vLLM's "Maximum concurrency ...: 722.90x" prints it
     if _is_count(name, values):
         return missing(lambda v: f"{math.floor(v + 1e-9):,d}" if name.startswith("room") or name.endswith("room")
                        else f"{round(v):,d}")
     if name.endswith("_pct"):
         return missing(lambda v: f"{v:,.1f}")
-    if name.startswith("requests") or name.endswith("requests"):
+    if "requests" in name and "requests_per_s" not in name:
         return missing(lambda v: f"{v:,.1f}")  # vLLM's "Maximum concurrency" and the article print one or two
     return missing(lambda v: f"{v:,.{precision}f}")
 

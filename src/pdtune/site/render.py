@@ -146,14 +146,21 @@ def chart_html(chart: alt.TopLevelMixin, chart_id: str) -> str:
     return spec_html(chart.to_dict(), ID_PREFIX + chart_id)
 
 
-def show(chart: alt.TopLevelMixin, chart_id: str) -> None:
+def show(chart: alt.TopLevelMixin, chart_id: str, *, when: bool = True, otherwise: str = "") -> None:
     """Display ``chart`` in a notebook as element ``pdtune-<chart_id>``, rendered offline.
 
     ``chart_id`` names the chart within its chapter (``'kv-per-request'``); give every chart its own.
+    With ``when`` false (a scenario without the data the chart draws) the sentence ``otherwise`` takes its
+    place, so a page never shows an empty chart.
     """
     from IPython.display import display
 
     _check_chart_id(chart_id)
+    if not when:
+        text = otherwise or "There is no data for this chart in this scenario."
+        display({"text/html": f'<p class="pdtune-note">{html.escape(text)}</p>', "text/plain": text},
+                raw=True)
+        return
     display(_mimebundle(chart.to_dict(), chart_id, explicit=True), raw=True)
 
 
