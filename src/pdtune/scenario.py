@@ -84,10 +84,9 @@ class Scenario:
         hints = typing.get_type_hints(cls)
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            if key not in known or key in COMPUTED_FIELDS:
+            if key not in known:
                 writable = ", ".join(k for k in known if k not in COMPUTED_FIELDS)
-                why = "written by the workbook, not by hand" if key in COMPUTED_FIELDS else "unknown parameter"
-                raise InputError(source, key, f"{why}; known: {writable}")
+                raise InputError(source, key, f"unknown parameter; known: {writable}")
             kwargs[key] = _coerce(value, hints[key], source, key)
         scenario = cls(**kwargs)
         scenario.check(source)

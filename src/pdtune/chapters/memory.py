@@ -33,12 +33,30 @@ def weights_by_topology(spec: ModelSpec, topologies: Iterable[str], *, mtp: bool
         if layout.pp > 1:
             continue
         w = weights_per_gpu(spec, tp=layout.tp, ep=layout.expert_shards, mtp=use_mtp)
-        # The total first (what the prose quotes), then its parts, largest first.
+        # The total first (what the prose quotes), then its largest parts, and the rest as one column.
         row: dict[str, Any] = {"topology": name.strip(), "gpus": layout.gpus, "mtp": use_mtp,
                                "weights_gib": w.total / GiB}
-        row.update({f"{k}_gib": v for k, v in sorted(w.gib().items(), key=lambda kv: -kv[1]) if v >= 0.005})
-        rows.append(row)
-    return pd.DataFrame(rows).fillna(0.0)
+        rows.append((row, w.gib()))
+    if not rows:
+        return pd.DataFrame(columns=["topology", "gpus", "mtp", "weights_gib"])
+    sizes: dict[str, float] = {}
+    for _, parts in rows:
+        for k, v in parts.items():
+            sizes[k] = sizes.get(k, 0.0) + v
+    shown = [k for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v >= 0.005][:PARTS_SHOWN]
+    out = []
+    for row, parts in rows:
+        row = dict(row) | {f"{k}_gib": parts.get(k, 0.0) for k in shown}
+        rest = sum(v for k, v in parts.items() if k not in shown)
+        if rest >= 0.005 or len(sizes) > len(shown):
+            row["other_gib"] = rest
+        out.append(row)
+    return pd.DataFrame(out).fillna(0.0)
+
+
+#: Weight components :func:`weights_by_topology` shows one by one (the rest become ``other_gib``), so the
+#: table fits the page.
+PARTS_SHOWN = 4
 
 
 def capacity_readings() -> pd.DataFrame:

@@ -26,7 +26,7 @@ from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import load_model, models_dir
 from pdtune.paths import REPO_ROOT
 from pdtune.results import parse_gpus
-from pdtune.scenario import Scenario, fill_defaults
+from pdtune.scenario import COMPUTED_FIELDS, Scenario, fill_defaults
 from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.topology import parse_topology
 
@@ -100,6 +100,8 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     for key in values:
         if not isinstance(key, str):
             raise InputError(source, str(key), "parameter names are words, not numbers")
+        if key in COMPUTED_FIELDS:
+            raise InputError(source, key, "written by the workbook (what the file leaves out), not by hand")
     if isinstance(values.get("gpu"), str):
         _gpu(source, values["gpu"])
     try:
