@@ -186,14 +186,17 @@ def _in_live_kernel() -> bool:
 def live_note(name: str) -> str:
     """The sentence the static page shows where a live explorer would be."""
     return (
-        f"Interactive explorer “{name}”: it runs in a live notebook. Open this chapter in Jupyter "
-        "(see the Reproduce page) and run it to move the sliders; the charts on this page are static, "
-        "apart from their own sliders and selections."
+        f"Interactive explorer “{name}”: it runs in a live notebook. Start JupyterLab with `make lab` "
+        "(see “Live in JupyterLab” on the Reproduce page), open this chapter and run it to move the sliders; "
+        "the charts on this page keep their own sliders and selections."
     )
 
 
 def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any) -> Any:
     """Show an ipywidgets explorer of ``function`` over ``controls`` (as ``ipywidgets.interactive``).
+
+    A control ``(min, max, step, start)`` is a slider that starts at ``start`` (the chapter's parameter), so
+    the explorer first shows what the page shows; what ``function`` returns is displayed under it.
 
     In a live kernel it displays the widget. In the static build, in a batch run (``PDTUNE_NO_WIDGETS``) or
     outside Jupyter there is nobody to move a slider, so it shows a short note instead of a dead widget.
@@ -213,8 +216,22 @@ def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any
         return None
     import ipywidgets
 
-    display(ipywidgets.interactive(function, **controls))
+    widgets = {name: _slider(control) for name, control in controls.items()}
+    # interactive() alone shows only what the function prints; auto_display shows what it returns (a table).
+    display(ipywidgets.interactive(function, {"auto_display": True}, **widgets))
     return None
+
+
+def _slider(control: Any) -> Any:
+    """``(min, max, step, start)`` as a slider that starts at ``start`` (ipywidgets would start mid-range);
+    any other control as ipywidgets takes it."""
+    import ipywidgets
+
+    if isinstance(control, tuple) and len(control) == 4:
+        lo, hi, step, start = control
+        kind = ipywidgets.IntSlider if all(isinstance(v, int) for v in control) else ipywidgets.FloatSlider
+        return kind(min=lo, max=hi, step=step, value=start)
+    return control
 
 
 def reset_page() -> None:
