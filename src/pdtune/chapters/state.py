@@ -666,3 +666,18 @@ def tp_takeaway(spec: ModelSpec, numbers: Mapping[str, Any], article_tp4: Mappin
     return (f"For {spec.name} a TP{n['mid']} rank holds {n['mid-mib']:,.2f} MiB of a {n['tp1-mib']:,.2f} MiB "
             f"request, and its TP{n['high']} ranks together {n['high-ratio']:.2f}× the unsharded bytes; "
             f"{article_part}.")
+
+
+def state_command(plan: StatePlan, model: str | None = None) -> str:
+    """The ``pdtune state`` command that prints ``plan``: ``model`` as the chapter names it (a bundled name or
+    a path; default the model's name), its request length, KV dtype, vLLM line, TP, MTP and prefix caching."""
+    words = ["pdtune state", model or plan.model.name, f"--max-model-len {plan.max_model_len}",
+             f"--kv-cache-dtype {plan.kv_cache_dtype}", f"--vllm {plan.semantics.version}"]
+    if plan.tp != 1:
+        words.append(f"--tp {plan.tp}")
+    k = plan.request.num_speculative_tokens
+    if k:
+        words.append(f"--num-speculative-tokens {k}")
+    if plan.mamba_cache_mode is MambaCacheMode.NONE:
+        words.append("--no-prefix-caching")
+    return " ".join(words)
