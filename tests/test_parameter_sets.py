@@ -276,3 +276,129 @@ def test_workbook_pages_fit_the_column(runs: dict[str, Run], name: str) -> None:
     root = runs[name].out / "html"
     pages = [f"notebooks/{c}.html" for c in CHAPTERS]
     assert problems(check_pages(root, only=pages)) == []
+
+
+# ------------------------------------------------------------------------------- exercises ask, not repeat
+
+
+_GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::([^`]*))?`")
+
+#: What each exercise of chapters 1-4 asks for: the glued answer and how its solution prints it.
+EXERCISE_ANSWERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "state-ex-tp8": (("state-ex-tp8-mib", ",.2f"),),
+    "state-ex-long": (("state-ex-long-mib", ",.0f"), ("state-ex-long-pages", "d")),
+    "state-ex-bf16": (("state-ex-bf16-mib", ",.1f"),),
+    "memory-ex-run5": (("memory-ex-run5-kv-gib", ".1f"), ("memory-ex-run5-requests", ".1f")),
+    "memory-ex-prose": (("memory-ex-prose-1-requests", ".1f"), ("memory-ex-prose-7-requests", ".1f")),
+    "memory-ex-tp4dp8": (("memory-ex-tp4dp8-requests", ".0f"),),
+    "graphs-ex-128": (("graphs-ex-128-FULL_DECODE_ONLY", "d"), ("graphs-ex-128-FULL_AND_PIECEWISE", "d")),
+    "graphs-ex-estimate": (("graphs-ex-estimate-short-gib", ".2f"),),
+    "graphs-ex-nomtp": (("graphs-ex-nomtp-without", "d"), ("graphs-ex-nomtp-with", "d")),
+    "concurrency-ex-prefix": (("concurrency-ex-prefix-requests", ".0f"), ("concurrency-ex-prefix-gib", ".0f")),
+    "concurrency-ex-per-gpu": (("concurrency-ex-per-gpu-4-spare", ".1f"), ("concurrency-ex-per-gpu-6-spare", ".1f")),
+    "concurrency-ex-tokens": (("concurrency-ex-tokens-kv-tokens", ",d"), ("concurrency-ex-tokens-new-kv-tokens", ",d")),
+}
+
+
+def _formatted(run: Run, key: str, spec: str) -> str:
+    from myst_nb.core.variables import format_plain_text
+
+    return format_plain_text(repr(run.glued[key]), spec or "s")
+
+
+def _page_before(run: Run, chapter: str, label: str) -> str:
+    """Everything the executed chapter shows above the exercise: its prose (glue filled in) and outputs."""
+    notebook = json.loads((run.out / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+    before = []
+    for cell in notebook["cells"]:
+        text = "".join(cell["source"])
+        if f":label: {label}" in text:
+            break
+        if cell["cell_type"] == "markdown":
+            before.append(_GLUE_ROLE.sub(lambda m: _formatted(run, m.group(1), m.group(2) or "")
+                                         if m.group(1) in run.glued else "", text))
+        for output in cell.get("outputs", []):
+            if output.get("metadata", {}).get("scrapbook"):
+                continue  # a glued value is shown only where the prose quotes it
+            stream = output.get("text", "")
+            before.append(stream if isinstance(stream, str) else "".join(stream))
+            data = output.get("data", {})
+            for mime in ("text/html", "text/plain"):
+                value = data.get(mime, "")
+                before.append(value if isinstance(value, str) else "".join(value))
+    return BeautifulSoup("\n".join(before), "html.parser").get_text(" ")
+
+
+@pytest.mark.parametrize("name", ["article", "qwen3-next-80b-h200"])
+def test_no_exercise_answer_is_printed_before_its_exercise(runs: dict[str, Run], name: str) -> None:
+    """What an exercise asks for (its glued answer, as the solution prints it) is not on the page above it:
+    neither in the prose nor in a printed table or line (exercise 1.1 once asked for the TP8 block that the
+    table above it printed)."""
+    run = runs[name]
+    found, asked = [], set()
+    for chapter in CHAPTERS[:4]:
+        source = (REPO_ROOT / "notebooks" / f"{chapter}.md").read_text(encoding="utf-8")
+        for label in re.findall(r"```\{exercise-start\}\n:label: ([\w-]+)", source):
+            asked.add(label)
+            tokens = {token for token, _ in _values(_page_before(run, chapter, label))}
+            tokens |= set(re.findall(r"(?<![\w.,])\d+(?![\w.,]*\d)", _page_before(run, chapter, label)))
+            for key, spec in EXERCISE_ANSWERS.get(label, ()):
+                answer = _formatted(run, key, spec)
+                if answer in tokens:
+                    found.append(f"{chapter} {label}: {key} = {answer} is printed above the exercise")
+    assert asked == set(EXERCISE_ANSWERS), "every exercise of chapters 1-4 names its answer here"
+    assert found == [], "\n".join(found)
+
+
+# ------------------------------------------------------------------------------ charts of many curves
+
+
+def _chart_specs(run: Run) -> list[tuple[str, dict[str, Any]]]:
+    specs = []
+    for chapter in CHAPTERS:
+        notebook = json.loads((run.out / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        for cell in notebook["cells"]:
+            for output in cell.get("outputs", []):
+                html = "".join(output.get("data", {}).get("text/html", ""))
+                for chart_id, body in re.findall(r'<script type="application/json" id="([\w-]+)-spec">(.*?)</script>',
+                                                 html, re.S):
+                    specs.append((f"{chapter}#{chart_id}", json.loads(body.replace("<\\/", "</"))))
+    return specs
+
+
+def _walk(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _curves(spec: dict[str, Any]) -> int:
+    """How many lines a chart draws: for a chart with a line mark, the most distinct values of a colour field."""
+    rows = [r for rows in spec.get("datasets", {}).values() for r in rows]
+    marks = [n.get("mark") for n in _walk(spec) if "mark" in n]
+    if not any((m.get("type") if isinstance(m, dict) else m) == "line" for m in marks):
+        return 0
+    most = 0
+    for node in _walk(spec):
+        colour = node.get("color") if isinstance(node.get("color"), dict) else None
+        field = colour.get("field") if colour else None
+        if field:
+            most = max(most, len({r.get(field) for r in rows if field in r}))
+    return most
+
+
+@pytest.mark.parametrize("name", ["article", "qwen3-next-80b-h200"])
+def test_a_chart_of_more_than_six_curves_lets_the_reader_pick_one(runs: dict[str, Run], name: str) -> None:
+    many = [(where, spec) for where, spec in _chart_specs(runs[name]) if _curves(spec) > 6]
+    if name == "article":
+        assert many, "the article's prefill sweep draws nine curves: the check must see them"
+    for where, spec in many:
+        picks = [n for n in _walk(spec) if n.get("bind") == "legend" or n.get("select") is not None
+                 and n.get("bind") == "legend"]
+        faceted = any(k in n for n in _walk(spec) for k in ("facet", "row", "column") if isinstance(n, dict)
+                      and k in n and k != "encoding")
+        assert picks or faceted, f"{where}: {_curves(spec)} curves, no legend selection or facet"
