@@ -56,7 +56,7 @@ PUBLISHED_ELSEWHERE: dict[tuple[str, str], str] = {}
 EXERCISE_INPUTS: dict[str, set[str]] = {
     "01_state": {"30720", "4096", "512", "4608"},  # a 32k-context workload; a 4096 + 512 one
     "02_memory": {"0.95"},  # run 5 at gpu_memory_utilization 0.95
-    "03_graphs": {"128", "60", "1", "384", "1536"},  # --max-num-seqs 128 and 384; a first graph of 1 GiB, 60 MiB
+    "03_graphs": {"1000", "4000", "60", "1", "384", "1536"},  # --max-num-seqs 1000 and 384; a 1 GiB graph, 60 MiB
     "04_concurrency": set(),
 }
 

@@ -51,6 +51,11 @@ LAYER_KIND_NAMES: dict[LayerKind, str] = {
 }
 
 
+def kind_name(kind: LayerKind) -> str:
+    """A layer kind in words (:data:`LAYER_KIND_NAMES`; a kind added later reads as its name, spaced)."""
+    return LAYER_KIND_NAMES.get(kind) or str(kind.value).replace("_", " ")
+
+
 def mtp_tokens(spec: ModelSpec, num_speculative_tokens: int) -> int:
     """The MTP draft tokens a model can run: none without an MTP layer, whatever the parameters say."""
     return num_speculative_tokens if spec.num_mtp_layers else 0
@@ -151,7 +156,7 @@ def groups_frame(plan: StatePlan) -> pd.DataFrame:
         draft = sum(1 for layer in real if layer >= plan.model.num_layers)
         rows.append({
             "group": i,
-            "layer kind": LAYER_KIND_NAMES[g.kind],
+            "layer kind": kind_name(g.kind),
             "model layers": len(real) - draft,
             "MTP draft layers": draft,
             "padding slots": g.padding_layers,
@@ -186,16 +191,16 @@ def state_breakdown(plan: StatePlan) -> pd.DataFrame:
             if layer is None:
                 add("padding layer slots", "padding", 1, blocks, blocks * page_bytes)
             elif layer >= plan.model.num_layers:
-                add("MTP draft layer KV", LAYER_KIND_NAMES[g.kind], 1, blocks, blocks * page_bytes)
+                add("MTP draft layer KV", kind_name(g.kind), 1, blocks, blocks * page_bytes)
             elif g.kind.is_recurrent:
                 rec = plan.recurrent_page
                 assert rec is not None
-                kind = LAYER_KIND_NAMES[g.kind]
+                kind = kind_name(g.kind)
                 add("conv state", kind, 1, blocks, blocks * rec.conv_bytes)
                 add("SSM state", kind, 0, 0, blocks * rec.ssm_bytes)
                 add("recurrent page padding", kind, 0, 0, blocks * rec.padding_bytes)
             else:
-                kind = LAYER_KIND_NAMES[g.kind]
+                kind = kind_name(g.kind)
                 page = g.page
                 per_token = page.bytes_per_token  # type: ignore[union-attr]
                 needed = plan.max_model_len
