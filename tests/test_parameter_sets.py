@@ -12,7 +12,11 @@ runs every chapter and builds its HTML with ``-W -n`` (every glued number exists
 * no sentence of a non-article page quotes a number that only the article has (its tables, its constants,
   the article run's own results) without naming the article;
 * the values the file left out are listed, with where they come from, in the summary and on the pages;
-* the pages fit the column at 1400 px (the browser check of ``tests/test_browser.py``), for one set.
+* the pages fit the column at 1400 px (the browser check of ``tests/test_browser.py``), for one set;
+* no exercise's answer is printed above it, and a chart of more than six curves lets the reader pick one.
+
+HTML is built for the two sets without results (:data:`HTML_SETS`); the others are checked in their executed
+notebooks.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("parameter-sets")]
 
 PARAMS = REPO_ROOT / "data" / "params"
 SETS = ("article", "qwen3-next-80b-h200", "llama-3.1-70b-h200", "qwen3-235b-h200")
-#: Sets whose HTML is built and checked page by page (the article's book is built by the book tests).
-HTML_SETS = SETS[1:]
+#: Sets whose HTML is built and checked page by page: the two without results the issue names (the article's
+#: book is built by the book tests; Qwen3-Next's chapters are checked in their executed notebooks).
+HTML_SETS = ("llama-3.1-70b-h200", "qwen3-235b-h200")
 CHAPTERS = [c.name for c in book_chapters(REPO_ROOT)]
 
 
@@ -411,3 +416,27 @@ def test_a_chart_of_more_than_six_curves_lets_the_reader_pick_one(runs: dict[str
         faceted = any(k in n for n in _walk(spec) for k in ("facet", "row", "column") if isinstance(n, dict)
                       and k in n and k != "encoding")
         assert picks or faceted, f"{where}: {_curves(spec)} curves, no legend selection or facet"
+
+
+# ------------------------------------------------------------------------- the summary and the commands
+
+
+@pytest.mark.parametrize("name", HTML_SETS)
+def test_the_summary_is_what_pdtune_state_prints(runs: dict[str, Run], name: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Every chapter ran, and the summary's per-request state and KV figures are what its ``pdtune state``
+    commands print for this model (not the article's)."""
+    import shlex
+
+    summary = json.loads((runs[name].out / "summary.json").read_text(encoding="utf-8"))
+    assert [c["status"] for c in summary["chapters"]] == ["ok"] * len(CHAPTERS)
+    assert summary["html"]["built"] is True and summary["html"]["warnings"] == 0  # -W -n clean
+    state = summary["state_per_request"]
+    assert main([*shlex.split(state["command"])[1:], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes_per_request"] == state["bytes"] != 759 * 2**20
+    rows = [r for r in summary["decode_engines"]["rows"] if r.get("command")]
+    assert rows
+    for row in rows:
+        assert main([*shlex.split(row["command"])[1:], "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["max_concurrency"] == pytest.approx(row["requests_per_engine"])
+    assert summary["defaults_used"] == list(runs[name].scenario.defaults_used)

@@ -67,7 +67,7 @@ def _runnable(params_file: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("notebooks")
-@pytest.mark.parametrize(("name", "html"), [("qwen3-next-80b-h200", False), ("deepseek-v3-gb200", False)])
+@pytest.mark.parametrize(("name", "html"), [("deepseek-v3-gb200", False)])  # the others: test_parameter_sets.py
 def test_bundled_parameter_set_runs_every_chapter(
     name: str, html: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
