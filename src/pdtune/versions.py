@@ -13,6 +13,10 @@ from pdtune.errors import InputError
 #: The newest vLLM release whose source this package follows.
 CURRENT = "0.33"
 
+#: The vLLM every command and the workbook assume when none is given: the current line. The article's
+#: book and its parameter set (data/params/article.yaml) pass the article's 0.26.1 explicitly.
+DEFAULT_VLLM = CURRENT
+
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 

@@ -14,6 +14,7 @@ from pdtune.commands._common import (
     positive_int,
     shared_flag,
 )
+from pdtune import versions
 from pdtune.errors import InputError
 from pdtune.gpus import bundled_gpus, load_gpu
 from pdtune.model import load_model
@@ -109,8 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: 0.9")
     shared_flag(p, "--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
-    shared_flag(p, "--vllm", default="0.26.1",
-                help="vLLM line whose state accounting and serving defaults apply (default 0.26.1, the article's)")
+    shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
+                help=f"vLLM line whose state accounting and serving defaults apply (default {versions.DEFAULT_VLLM}; "
+                     "the article ran 0.26.1)")
     p.add_argument(
         "--max-num-batched-tokens", type=positive_int,
         help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",

@@ -10,6 +10,7 @@ the ``parameters`` cell each declares, and :func:`chapter_parameters` picks the 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import typing
 from collections.abc import Iterable
@@ -25,10 +26,9 @@ from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import load_model, models_dir
 from pdtune.paths import REPO_ROOT
 from pdtune.results import parse_gpus
-from pdtune.scenario import Scenario
+from pdtune.scenario import COMPUTED_FIELDS, Scenario, fill_defaults
 from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.topology import parse_topology
-from pdtune.units import GiB
 
 
 #: Scenario fields that hold paths; a chapter receives them absolute.
@@ -75,8 +75,10 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     """Read a parameters file and check it completely; :class:`InputError` names the file and the key.
 
     Paths in the file are relative to the file's folder, or else to the repository (so the bundled files
-    can name ``data/clusters/...``). A file that names ``gpu`` but not ``gpu_memory_gib`` gets that GPU's
-    memory from ``data/gpus/gpus.csv`` rather than the article's GB300 figure.
+    can name ``data/clusters/...``). What the file leaves out is filled in by
+    :func:`pdtune.scenario.fill_defaults` (a GPU's own memory, no MTP without a draft layer, the
+    article's layouts that fit the model, ...) and listed in the scenario's ``defaults_used``. Then every
+    topology is checked against the model (:meth:`Scenario.check_against_model`).
     """
     source = Path(path)
     if not source.is_file():
@@ -98,14 +100,21 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     for key in values:
         if not isinstance(key, str):
             raise InputError(source, str(key), "parameter names are words, not numbers")
-    if "gpu" in values and "gpu_memory_gib" not in values and isinstance(values["gpu"], str):
-        values["gpu_memory_gib"] = round(_gpu(source, values["gpu"]).memory_total / GiB, 2)
+        if key in COMPUTED_FIELDS:
+            raise InputError(source, key, "written by the workbook (what the file leaves out), not by hand")
+    if isinstance(values.get("gpu"), str):
+        _gpu(source, values["gpu"])
     try:
         scenario = Scenario.from_mapping(values, source=str(source))
     except InputError as exc:
         raise _with_yaml_hint(exc, values) from None
     resolved = _resolve(scenario, source.parent, source)
     check_inputs(resolved, source)
+    try:
+        resolved = fill_defaults(resolved, set(values), str(source))
+    except InputError as exc:
+        raise InputError(source, exc.field, exc.message) from None
+    resolved.check_against_model(str(source))
     return Parameters(source=source, scenario=scenario, resolved=resolved)
 
 
@@ -169,10 +178,7 @@ def check_inputs(scenario: Scenario, source: Path) -> None:
     _gpu(source, scenario.gpu)
     versions.parse(scenario.vllm, str(source))
     for name in ("prefill_topologies", "decode_topologies"):
-        values = getattr(scenario, name)
-        if not values:
-            raise InputError(source, name, "the list is empty")
-        for text in values:
+        for text in getattr(scenario, name):
             try:
                 parse_topology(text, str(source))
             except InputError as exc:
@@ -268,6 +274,24 @@ def _assigned_names(source: str) -> tuple[str, ...]:
             node, ast.AnnAssign) else []
         names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
     return tuple(names)
+
+
+@functools.cache
+def _first_chapters(book_root: Path) -> dict[str, str]:
+    first: dict[str, str] = {}
+    for chapter in book_chapters(book_root):
+        if chapter.source is None:
+            continue
+        cell = read_parameters_cell(read_chapter(chapter.source))
+        for name in cell.names if cell is not None else ():
+            first.setdefault(name, chapter.name)
+    return first
+
+
+def first_chapter_of(name: str, book_root: Path = REPO_ROOT) -> str | None:
+    """The first chapter (``02_memory``) whose parameters cell declares ``name``: where a value the parameters
+    file left out is listed (:func:`pdtune.chapters.display.defaults_note`); None when no chapter takes it."""
+    return _first_chapters(Path(book_root)).get(name)
 
 
 def chapter_parameters(names: Iterable[str], values: dict[str, Any]) -> dict[str, Any]:
