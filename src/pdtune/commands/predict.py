@@ -14,6 +14,7 @@ from pdtune.commands._common import (
     shared_flag,
     whole_flag,
 )
+from pdtune import versions
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
 from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
@@ -108,8 +109,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: 0.9")
     shared_flag(p, "--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
-    shared_flag(p, "--vllm", default="0.26.1",
-                help="vLLM line whose state accounting and serving defaults apply (default 0.26.1, the article's)")
+    shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
+                help=f"vLLM line whose state accounting and serving defaults apply (default {versions.DEFAULT_VLLM}; "
+                     "the article ran 0.26.1)")
     p.add_argument(
         "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
         help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",

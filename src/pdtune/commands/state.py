@@ -75,8 +75,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="chat-template tokens added to ISL + OSL (default 0)")
     p.add_argument("--max-model-len", type=whole_flag(MAX_MODEL_LEN, "tokens"), help="instead of --isl/--osl")
     shared_flag(p, "--num-speculative-tokens", help="MTP / speculative tokens per step (default 0)")
-    shared_flag(p, "--vllm", default=versions.CURRENT,
-                help=f"vLLM line whose arithmetic to follow (default {versions.CURRENT}; 0.11 = the article)")
+    shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
+                help=f"vLLM line whose arithmetic to follow (default {versions.DEFAULT_VLLM}; 0.11 = the article)")
     caching = p.add_mutually_exclusive_group()
     caching.add_argument("--prefix-caching", dest="prefix_caching", action="store_true", default=None,
                          help="prefix caching on (vLLM's default)")
