@@ -454,15 +454,18 @@ def silicon_frontier(path: str | Path | None = None) -> SiliconFrontier:
 
 def silicon_frontier_table(sf: SiliconFrontier) -> pd.DataFrame:
     """The measured frontier's points, each with its prediction and the predicted/measured ratios."""
-    columns = ["model", "gpu", "workload", "topology", "concurrency", "measured_tps_per_user",
-               "predicted_tps_per_user", "tps_per_user_ratio", "measured_tps_per_gpu", "predicted_tps_per_gpu",
-               "tps_per_gpu_ratio"]
+    columns = ["run_on", "workload", "topology", "concurrency", "measured_tps_per_user", "tps_per_user_ratio",
+               "measured_tps_per_gpu", "predicted_tps_per_gpu", "tps_per_gpu_ratio"]
     if not len(sf.frontier):
         return empty_frame(columns)
-    f = sf.frontier.assign(workload=sf.frontier["isl"].astype(int).astype(str) + "/"
-                           + sf.frontier["osl"].astype(int).astype(str))
-    f = f.sort_values(["model", "gpu", "workload", "measured_tps_per_user"], kind="stable")
+    f = _labelled(sf.frontier).sort_values(["run_on", "workload", "measured_tps_per_user"], kind="stable")
     return f[columns].reset_index(drop=True)
+
+
+def _labelled(points: pd.DataFrame) -> pd.DataFrame:
+    """``run_on`` ("kimi-k2.5 on GB200") and ``workload`` ("1024/1024"): two short columns instead of four."""
+    return points.assign(run_on=points["model"] + " on " + points["gpu"].astype(str).str.upper(),
+                         workload=points["isl"].astype(int).astype(str) + "/" + points["osl"].astype(int).astype(str))
 
 
 def silicon_frontier_sentence(sf: SiliconFrontier) -> str:
@@ -472,7 +475,8 @@ def silicon_frontier_sentence(sf: SiliconFrontier) -> str:
     unpredicted = int((~sf.points["predicted"]).sum())
     ratio = table["tps_per_gpu_ratio"].astype(float)
     worst = table.loc[(ratio - 1).abs().idxmax()]
-    text = (f"Of {len(sf.points)} measured rows, {len(table)} are on a measured frontier (per model, GPU and ISL/OSL); "
+    text = (f"Of {len(sf.points)} measured rows, {len(table)} are on a measured frontier (per model, GPU and "
+            "ISL/OSL); "
             f"there the model's tokens/s per GPU is a median {ratio.median():.2f} times the measured, from "
             f"{ratio.min():.2f} to {ratio.max():.2f}, furthest off at {worst['topology']}, concurrency "
             f"{int(worst['concurrency']):,} ({worst['tps_per_gpu_ratio']:.2f}).")
@@ -487,11 +491,14 @@ def silicon_frontier_sentence(sf: SiliconFrontier) -> str:
 
 def silicon_rows_table(sf: SiliconFrontier) -> pd.DataFrame:
     """Every measured disaggregated row, frontier or not, with the model's ratios (unpredicted rows kept)."""
-    columns = ["model", "gpu", "topology", "gpus_total", "isl", "osl", "concurrency", "predicted", "reason",
-               "measured_tpot_ms_p50", "predicted_tpot_ms_p50", "measured_ttft_ms_p50", "predicted_ttft_ms_p50"]
+    columns = ["run_on", "workload", "topology", "concurrency", "measured_tpot_ms_p50", "predicted_tpot_ms_p50",
+               "measured_ttft_ms_p50", "predicted_ttft_ms_p50"]
     if not sf.available:
         return empty_frame(columns)
-    return sf.points[columns].sort_values(["model", "gpu", "isl", "concurrency"], kind="stable").reset_index(drop=True)
+    if not sf.points["predicted"].all():
+        columns.append("reason")  # why a row has no prediction; it stays in the table
+    f = _labelled(sf.points).sort_values(["run_on", "workload", "concurrency"], kind="stable")
+    return f[columns].reset_index(drop=True)
 
 
 def silicon_defaults_sentence(sf: SiliconFrontier) -> str:

@@ -103,6 +103,15 @@ def worked_row(card: Scorecard) -> dict[str, Any]:
             "error_pct": float(row["tpot_ms_p50_error"]) * 100}
 
 
+def row_of(card: Scorecard, worked: dict[str, Any]) -> pd.Series:
+    """The scorecard row of :func:`worked_row` (its deployment, concurrency and workload)."""
+    r = card.rows
+    keep = ((r["model_key"] == worked["model"]) & (r["gpu_name"] == worked["gpu"])
+            & (r["topology"] == worked["topology"]) & (r["concurrency"] == worked["concurrency"])
+            & (r["isl"] == worked["isl"]) & (r["osl"] == worked["osl"]))
+    return r[keep].iloc[0]
+
+
 # ----------------------------------------------------------------------------------------------- regimes
 
 
@@ -115,7 +124,8 @@ def _tp(topology: object) -> int:
         return 0  # a layout the grammar cannot read is its own group
 
 
-def _band(concurrency: int) -> str:
+def concurrency_band(concurrency: int) -> str:
+    """The concurrency regime a row belongs to: 1-4, 8-32, 64-256, 512 and more."""
     for hi, name in ((4, "1-4"), (32, "8-32"), (256, "64-256")):
         if concurrency <= hi:
             return name
@@ -133,7 +143,7 @@ REGIMES = {
 
 def regime_frame(card: Scorecard) -> pd.DataFrame:
     lomo = card.lomo.copy()
-    lomo["concurrency_band"] = lomo["concurrency"].map(_band)
+    lomo["concurrency_band"] = lomo["concurrency"].map(concurrency_band)
     lomo["workload"] = lomo["isl"].astype(int).astype(str) + "/" + lomo["osl"].astype(int).astype(str)
     lomo["tp"] = lomo["topology"].map(_tp)
     lomo["architecture"] = lomo["model_key"].map(lambda m: "MoE" if MOE.get(m) else "dense")
@@ -247,20 +257,21 @@ def both_mask(card: Scorecard) -> pd.Series:
     return r["predicted"] & r["calibrated_tpot_ms_p50"].notna() & (r["aic_status"] == "ok")
 
 
-def peer_table(card: Scorecard) -> pd.DataFrame:
+def peer_table(card: Scorecard, metric: str | None = None) -> pd.DataFrame:
     """Per model x GPU and overall, on the rows both tools predicted: median |error| (%) of pdtune uncalibrated,
-    pdtune calibrated (held out) and aiconfigurator 0.12.0, for TTFT and TPOT."""
+    pdtune calibrated (held out) and aiconfigurator 0.12.0, for TTFT and TPOT (or only ``metric``, with the
+    three columns named for the tools)."""
     r = card.rows.assign(both=both_mask(card))
     groups = [*r.groupby(["model_key", "gpu_name"], sort=True), (("all", "all"), r)]
     out = []
     for (model, gpu), frame in groups:
         sel = frame[frame["both"]]
         rec: dict[str, Any] = {"model": model, "gpu": gpu, "rows": len(frame), "both_predicted": len(sel)}
-        for m in METRICS:
-            short = m.split("_")[0]
+        for m in METRICS if metric is None else (metric,):
+            short = "" if metric else "_" + m.split("_")[0]
             for kind, word in (("lomo", "pdtune_uncalibrated"), ("calibrated", "pdtune_calibrated"),
                                ("aic", "aiconfigurator")):
-                rec[f"{word}_{short}_median_error_pct"] = _stats(sel[f"{kind}_{m}_error"])[0]
+                rec[f"{word}{short}_median_error_pct"] = _stats(sel[f"{kind}_{m}_error"])[0]
         out.append(rec)
     return pd.DataFrame(out)
 

@@ -48,7 +48,7 @@ def parity_chart(points: pd.DataFrame, *, title: str | None = None) -> alt.TopLe
             x=x, y=alt.Y("band_lo:Q", scale=scale), y2="band_hi:Q")
         diagonal = alt.Chart(line).mark_line(color="#555", strokeDash=[4, 3]).encode(x=x, y=y)
         dots = alt.Chart(data).mark_circle(size=22, opacity=0.55).encode(
-            x=x, y=y, color=alt.Color("model_key:N", title="model"),
+            x=x, y=y, color=alt.Color("model_key:N", title="model", legend=alt.Legend(labelLimit=200)),
             tooltip=[alt.Tooltip("model_key:N", title="model"), alt.Tooltip("gpu_name:N", title="GPU"),
                      alt.Tooltip("topology:N"), alt.Tooltip("concurrency:Q", format=",d"),
                      alt.Tooltip("isl:Q", title="ISL"), alt.Tooltip("osl:Q", title="OSL"),
@@ -126,7 +126,7 @@ def frontier_compare_chart(points: pd.DataFrame, frontier: pd.DataFrame, predict
         color="#aaa", size=30).encode(x=x, y=y, tooltip=tips)
     kind = alt.Color("kind:N", title="line", scale=alt.Scale(domain=["measured frontier", "modeled frontier"],
                                                             range=["#4c78a8", "#e45756"]))
-    dash = alt.StrokeDash("kind:N", legend=None, scale=alt.Scale(
+    dash = alt.StrokeDash("kind:N", title="line", scale=alt.Scale(
         domain=["measured frontier", "modeled frontier"], range=[[1, 0], [5, 3]]))
     lines = alt.Chart(data).transform_filter("datum.case == frontier_case").mark_line(
         point=alt.OverlayMarkDef(size=40), strokeWidth=1.8).encode(
