@@ -380,14 +380,7 @@ def _chart_specs(run: Run) -> list[tuple[str, dict[str, Any]]]:
     return specs
 
 
-def _walk(node: Any) -> Any:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
+from test_honest_labels import _walk  # noqa: E402 - every node of a chart spec, shared with the label check
 
 
 def _curves(spec: dict[str, Any]) -> int:
