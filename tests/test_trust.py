@@ -162,3 +162,18 @@ def test_the_shipped_scorecard_is_what_the_command_computes() -> None:
     """`python -m pdtune.scorecard --check`: recomputed from the shipped data, the same to 1e-4."""
     problems = check()
     assert problems == [], "regenerate with `python -m pdtune.scorecard`:\n" + "\n".join(problems)
+
+
+def test_the_scorecard_check_sees_a_moved_prediction() -> None:
+    """The comparison the slow test makes: equal to itself after the CSV round trip, and not once a
+    prediction moves by 1 % or a text cell changes."""
+    from pdtune.scorecard import _reread, differences, scorecard_file
+
+    shipped = pd.read_csv(scorecard_file())
+    assert differences(_reread(shipped.copy()), shipped) == []
+    moved = shipped.copy()
+    moved.loc[3, "lomo_tpot_ms_p50"] *= 1.01
+    moved.loc[5, "topology"] = "TP16"
+    found = differences(moved, shipped)
+    assert [p.split(":")[0] for p in found] == ["topology", "lomo_tpot_ms_p50"]
+    assert differences(shipped.iloc[:-1], shipped) == [f"{len(shipped) - 1} rows recomputed, {len(shipped)} shipped"]

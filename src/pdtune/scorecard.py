@@ -104,8 +104,9 @@ def differences(fresh: pd.DataFrame, shipped: pd.DataFrame, rtol: float = 1e-4) 
         if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b) and not pd.api.types.is_bool_dtype(a):
             x, y = a.to_numpy(dtype=float), b.to_numpy(dtype=float)
             bad = ~(np.isclose(x, y, rtol=rtol, atol=0, equal_nan=True))
-        else:
-            bad = (a.astype(str) != b.astype(str)).to_numpy()
+        else:  # text: an empty cell is empty on both sides (NaN never equals NaN)
+            bad = (a.astype(object).where(a.notna(), "").astype(str)
+                   != b.astype(object).where(b.notna(), "").astype(str)).to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
             problems.append(f"{column}: {int(bad.sum())} rows differ (first: row {i}, {a.iloc[i]!r} vs {b.iloc[i]!r})")

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from pdtune.charts.style import MEASURED_PREFIX, MODELED_PREFIX, PANEL_WIDTH, column_title
-from pdtune.charts.sweeps import palette
+from pdtune.charts.sweeps import FADED, palette
 
 MEASURED_SOURCE = "aiconfigurator's silicon runs of vLLM (aggregated serving)"
 MODELED_HOW = "pdtune.perfmodel with default factors fitted without the row's model"
@@ -78,7 +78,7 @@ def sweep_compare_chart(cases: pd.DataFrame, metric: str, *, case: str, title: s
     x = alt.X("concurrency:Q", title=column_title("concurrency"), scale=alt.Scale(type="log", base=2),
               axis=alt.Axis(format=",d"))
     y = alt.Y("value:Q", title=name, scale=alt.Scale(type="log"))
-    color = alt.Color("topology:N", scale=palette(order), title="topology")
+    color = alt.Color("topology:N", scale=palette(order), title="topology (click to isolate)")
     dash = alt.StrokeDash("kind:N", title="line", scale=alt.Scale(
         domain=["measured", "modeled"], range=[[1, 0], [5, 3]]))
     base = alt.Chart(data).transform_filter("datum.case == case_pick").transform_fold(
@@ -86,13 +86,16 @@ def sweep_compare_chart(cases: pd.DataFrame, metric: str, *, case: str, title: s
     tips = [alt.Tooltip("kind:N", title="line"), alt.Tooltip("topology:N"),
             alt.Tooltip("concurrency:Q", format=",d"), alt.Tooltip("value:Q", title=name, format=",.4~g"),
             alt.Tooltip("source_id:N", title="silicon row id")]
+    pick = alt.selection_point(fields=["topology"], bind="legend", name="topology_pick")
+    opacity = alt.condition(pick, alt.value(1.0), alt.value(FADED))
     lines = base.mark_line(strokeWidth=1.6).encode(x=x, y=y, color=color, strokeDash=dash, detail="topology:N",
-                                                    tooltip=tips)
+                                                    opacity=opacity, tooltip=tips).add_params(pick)
     dots = base.transform_filter("datum.kind == 'measured'").mark_point(size=36, filled=True).encode(
-        x=x, y=y, color=color, tooltip=tips)
+        x=x, y=y, color=color, opacity=opacity, tooltip=tips)
     text = title or f"{name} against concurrency, measured and modeled"
     heading = _title(text, "solid lines with points", "dashed lines")
-    heading.subtitle = [*heading.subtitle, "Pick another measured sweep in the menu under the chart."]
+    heading.subtitle = [*heading.subtitle, "Pick another measured sweep in the menu under the chart; click the "
+                        "legend to isolate a topology."]
     return alt.layer(lines, dots, title=heading).add_params(menu).properties(width=400, height=300)
 
 
