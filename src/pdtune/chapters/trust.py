@@ -329,6 +329,13 @@ def unpredicted_sentence(card: Scorecard) -> str:
 # ---------------------------------------------------------------------------------------------- your model
 
 
+def table_if_any(frame: pd.DataFrame) -> Any:
+    """The frame styled for the page, or nothing at all when it is empty (the prose already says why)."""
+    from pdtune.chapters.display import styled
+
+    return styled(frame, precision=1) if len(frame) else None
+
+
 def your_model(card: Scorecard, model: str, gpu: str) -> tuple[str, pd.DataFrame]:
     """A sentence on whether the measurements cover this parameter set's model (and GPU), and its errors there."""
     key = model_key(model)
