@@ -32,8 +32,12 @@ efficiency factors, which keeps calibration smooth):
    request waits behind the prompts ahead of it, ``TTFT = (L - OSL + 1) t_full``.
 
 TTFT adds ``request_overhead_s`` (front end, tokenisation, streaming). The KV cache's room is vLLM's accounting at
-the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive); beyond it, and beyond
-``max_num_seqs``, vLLM preempts and the requests take turns: TPOT grows by ``k / R``. DP ranks share the load as in
+the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive). Beyond it, and beyond
+``max_num_seqs``, the closed loop queues: vLLM admits a waiting prompt only when its blocks are free, so ``R``
+requests run at the TPOT of ``R`` and the other ``k - R`` wait their turn. By Little's law each of the ``k``
+clients cycles through the wait ``W`` and a life ``T_R = TTFT_R + (OSL - 1) TPOT_R`` at a rate of ``R / T_R``
+requests per second, so ``W = (k / R - 1) T_R`` and the measured TTFT is ``W + TTFT_R`` (the measured sweeps show
+it: past the room TTFT jumps by seconds while TPOT stays flat). DP ranks share the load as in
 the decode sweep
 (:func:`pdtune.perfmodel.sweeps._spread`); MoE layers keep them in lockstep. Pipeline stages run one after the
 other (no micro-batch overlap in aggregated serving).
@@ -220,10 +224,10 @@ def _level(
     ttft = LinearTime(ttft.steps, 1.0)
     kv_limited = running < k
     if kv_limited:
-        # vLLM V1 admits a waiting request as soon as its prompt's blocks are free and preempts the newest
-        # running one when decode needs blocks: the k requests take turns in R slots, so each one's tokens come
-        # k / R times slower, and the first token is not held back beyond the usual.
-        tpot = tpot.scaled(k / running)
+        # The k clients queue for R slots: the ones waiting add (k / R - 1) lives of a running request to their
+        # first token; the running ones decode at R's pace.
+        queued = k / running - 1
+        ttft = ttft.scaled(1 + queued).plus(tpot, queued * decode_steps)
     return AggPlan(0, regime, ranks * decoding, ttft, tpot, kv_limited, mixed)
 
 
