@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab
 
 venv: $(STAMP)
 
@@ -54,6 +54,13 @@ book: venv assets
 # The book tests only: build checks and every page in headless Chromium (screenshots in _build/screenshots).
 book-check: venv chromium assets
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_book_build.py tests/test_browser.py
+
+# JupyterLab on the chapters, from this venv: every notebooks/*.md opens as a notebook (jupytext) and the
+# ipywidgets explorers run. Offline: the extensions are prebuilt in the pinned wheels, news and update checks
+# are off (pdtune.site.lab). LAB_PORT picks the port; open the URL with the token it prints.
+LAB_PORT ?= 8888
+lab: venv assets
+	$(BIN)/python -m pdtune.site.lab --port $(LAB_PORT)
 
 bench: venv
 	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status

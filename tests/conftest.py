@@ -135,11 +135,13 @@ MINI_PAGES: dict[str, str] = {
         An Altair parameter bound to a slider keeps working in the static page:
 
         ```{code-cell} ipython3
-        cutoff = alt.param(name="cutoff", value=2, bind=alt.binding_range(min=1, max=points, step=1))
+        cutoff = alt.param(name="cutoff", value=2,
+                           bind=alt.binding_range(min=1, max=points, step=1))
         slider = alt.Chart(data).mark_bar().encode(
             x="concurrency:O",
             y="tps_per_gpu:Q",
-            opacity=alt.condition(alt.datum.concurrency <= cutoff, alt.value(1.0), alt.value(0.3)),
+            opacity=alt.condition(alt.datum.concurrency <= cutoff, alt.value(1.0),
+                                  alt.value(0.3)),
         ).add_params(cutoff)
         show(slider, "fixture-slider")
         ```

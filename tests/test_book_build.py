@@ -302,3 +302,30 @@ def test_book_has_an_index_and_one_page_per_chapter(built_book: Path) -> None:
 @pytest.mark.xdist_group("book")
 def test_book_loads_no_script_or_stylesheet_from_the_internet(built_book: Path) -> None:
     assert remote_assets(built_book) == []
+
+
+#: What an author writes for other authors, never for a reader: MyST roles shown as text, the chapter
+#: layer's glue machinery, notes about how numbers reach the page.
+AUTHORING_NOTES = ("{term}", "{cite}", "{glue", "{ref}", "{eq}", "glue_numbers", "glued from", "Link to an entry",
+                   "Chapters cite these", "pdtune.chapters.display")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_reader_pages_carry_no_authoring_notes(built_book: Path) -> None:
+    """The prose of every page (code cells aside, which show the package's calls on purpose)."""
+    from bs4 import BeautifulSoup
+
+    found = []
+    for page in sorted(built_book.rglob("*.html")):
+        if {"_static", "_sources"} & set(page.parts):
+            continue
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        article = soup.select_one("article.bd-article")
+        if article is None:
+            continue
+        for code in article.select(".cell_input, .cell_output pre, div.highlight"):
+            code.decompose()
+        text = article.get_text(" ")
+        found += [f"{page.relative_to(built_book)}: {note!r}" for note in AUTHORING_NOTES if note in text]
+    assert found == []

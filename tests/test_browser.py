@@ -1,7 +1,9 @@
 """Open every built page in headless Chromium (Debian's, driven by Playwright) and check what a reader sees:
 no request leaves localhost, every chart drew an svg or canvas, every formula was typeset by MathJax, no
-script failed, no dead widget. The negative tests break a copy of the mini-book on purpose and require the
-check to notice, so a check that cannot fail would fail here.
+script failed, no dead widget, and nothing is wider than the text column at 1400 px (no table, no code
+block, measured in the DOM: a table's box inside the column's, a ``pre``'s content inside its own box).
+Screenshots of every page at that width go to ``_build/screenshots/``. The negative tests break a copy of
+the mini-book on purpose and require the check to notice, so a check that cannot fail would fail here.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ LAUNCH_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+#: The reader's window: screenshots and the width check use it.
+VIEWPORT = {"width": 1400, "height": 900}
 # Generous: MathJax and vega start after the load event; a slow CI machine must not fail a correct page.
 RENDER_TIMEOUT_MS = 20_000
 
@@ -47,6 +51,28 @@ _CHARTS_DRAWN = """() => [...document.querySelectorAll('.pdtune-chart')]
 # page has no MathJax at all and waiting longer cannot help.
 _MATH_DONE = """() => !(window.MathJax && window.MathJax.startup)
     || [...document.querySelectorAll('.math')].every(e => e.querySelector('mjx-container'))"""
+# Tables and code blocks wider than the text column: a table whose box leaves the column's, a code block whose
+# content is wider than its box (it would need a scroll bar). Hidden solutions are laid out too, so they count.
+_TOO_WIDE = r"""() => {
+  const column = document.querySelector('article.bd-article') || document.querySelector('main');
+  if (!column) { return []; }
+  const edge = column.getBoundingClientRect();
+  const found = [];
+  for (const el of column.querySelectorAll('table')) {
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && (box.right > edge.right + 1 || box.width > edge.width + 1)) {
+      found.push(`table ${Math.round(box.width)} px wide in a ${Math.round(edge.width)} px column: ` +
+                 (el.innerText || '').slice(0, 60).replace(/\s+/g, ' '));
+    }
+  }
+  for (const el of column.querySelectorAll('pre')) {
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) {
+      found.push(`code ${el.scrollWidth} px wide in a ${el.clientWidth} px box: ` +
+                 (el.textContent || '').trim().split('\n')[0].slice(0, 60));
+    }
+  }
+  return found;
+}"""
 
 
 @dataclass
@@ -144,6 +170,7 @@ def _check_page(context, base: str, root: Path, path: Path, screenshots: Path | 
             report.issues.append(f"{rel}: MathJax reported a TeX error")
         if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
             report.issues.append(f"{rel}: a widget output with no kernel behind it")
+        report.issues.extend(f"{rel}: {what}" for what in page.evaluate(_TOO_WIDE))
         if screenshots is not None:
             screenshots.mkdir(parents=True, exist_ok=True)
             shot = screenshots / (rel.replace("/", "__").removesuffix(".html") + ".png")
@@ -165,7 +192,7 @@ def check_pages(
     with serve(root) as base, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
         try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+            context = browser.new_context(viewport=VIEWPORT, service_workers="block")
             context.set_default_timeout(RENDER_TIMEOUT_MS)
             for path in html_pages(root) if only is None else [root / p for p in only]:
                 reports.append(_check_page(context, base, root, path, screenshots))
@@ -227,6 +254,15 @@ def test_check_catches_a_request_to_the_internet(mini_book: Path, tmp_path: Path
     root = _broken_copy(mini_book, tmp_path, "index.html", "</head>", cdn)
     found = problems(check_pages(root, only=["index.html"]))
     assert found == ["index.html: request leaves the machine: https://cdn.example.invalid/lib.js"]
+
+
+def test_check_catches_a_table_and_code_wider_than_the_column(mini_book: Path, tmp_path: Path) -> None:
+    cells = "".join(f"<td>column&nbsp;number&nbsp;{i}&nbsp;of&nbsp;a&nbsp;frame</td>" for i in range(30))
+    wide = f'<table><tr>{cells}</tr></table><pre>{"x = 1  # " * 60}</pre></article>'
+    root = _broken_copy(mini_book, tmp_path, "math.html", "</article>", wide)
+    found = problems(check_pages(root, only=["math.html"]))
+    assert any(p.startswith("math.html: table ") and "px column" in p for p in found), found
+    assert any(p.startswith("math.html: code ") for p in found), found
 
 
 def test_check_catches_math_left_untypeset(mini_book: Path, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ import papermill
 import pytest
 
 import test_prose_numbers as prose
-from pdtune.scenario import Scenario
+from pdtune.scenario import Scenario, article_scenario
 from pdtune.site.render import STATIC_BUILD_ENV
 from pdtune.workbook import load_parameters
 
@@ -118,7 +118,7 @@ def test_exercises_have_folded_solutions_that_call_pdtune(chapter: str) -> None:
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_parameters_are_scenario_fields_with_the_articles_defaults(chapter: str) -> None:
     hints = typing.get_type_hints(Scenario)
-    defaults = Scenario().to_dict()
+    defaults = article_scenario().to_dict()
     declared = declared_parameters(jupytext.read(NOTEBOOKS / f"{chapter}.md"))
     assert {"model", "isl"} & set(declared) or chapter == "07_frontier"
     for name, p in declared.items():
@@ -145,7 +145,7 @@ def test_every_glued_key_is_glued_and_chart_ids_are_unique(chapter: str) -> None
     glued = set(re.findall(r'glue\("([\w-]+)"', code))
     assert used and used <= glued, used - glued
     assert all(k.startswith(CHAPTERS[chapter] + "-") for k in glued)
-    ids = re.findall(r'show\([^\n]*?"([\w-]+)"\)', code.replace("\n     ", " "))
+    ids = re.findall(r'show\([^\n"]*?"([\w-]+)"', code)  # the first string of every show(...) call
     assert ids and len(ids) == len(set(ids))
     # a chapter shows charts only through pdtune's builders, and never computes in the notebook
     assert "import numpy" not in code and "groupby(" not in code and ".apply(" not in code
@@ -201,7 +201,11 @@ def _execute(chapter: str, parameters: dict[str, Any], tmp_path: Path) -> tuple[
 
 
 def _parameter_sets() -> list[str]:
-    return ["defaults"] + sorted(p.stem for p in PARAMS.glob("*.yaml"))
+    """The article's defaults, and the bundled sets that ``tests/test_parameter_sets.py`` does not already run
+    through the workbook (it runs every chapter for four of them and checks their pages)."""
+    from test_parameter_sets import SETS
+
+    return ["defaults"] + sorted(p.stem for p in PARAMS.glob("*.yaml") if p.stem not in SETS)
 
 
 @pytest.mark.slow

@@ -136,11 +136,17 @@ def test_live_explorer_in_a_kernel_shows_one_widget_unless_batch(monkeypatch, di
     monkeypatch.setattr(render, "_in_live_kernel", lambda: True)
     monkeypatch.delenv(render.STATIC_BUILD_ENV, raising=False)
     monkeypatch.delenv(render.NO_WIDGETS_ENV, raising=False)
-    assert render.live_explorer(lambda n: n, name="x", n=(1, 2)) is None  # nothing left to display twice
-    assert len(displayed) == 1 and "runs in a live notebook" not in str(displayed[0])
+    import ipywidgets
+
+    assert render.live_explorer(lambda n: n * 10, name="x", n=(1, 5, 1, 3)) is None  # nothing displayed twice
+    widgets = [d for d in displayed if isinstance(d, ipywidgets.interactive)]
+    assert len(widgets) == 1 and not any("runs in a live notebook" in str(d) for d in displayed)
+    # the slider starts at the chapter's value, and what the function returns is shown under it
+    assert widgets[0].children[0].value == 3 and 30 in displayed
+    before = len(displayed)
     monkeypatch.setenv(render.NO_WIDGETS_ENV, "1")  # the workbook's papermill kernels
     render.live_explorer(lambda n: n, name="x", n=(1, 2))
-    assert "runs in a live notebook" in displayed[1]["text/plain"]
+    assert "runs in a live notebook" in displayed[before]["text/plain"]
 
 
 def test_ratio_title_names_both_sides() -> None:

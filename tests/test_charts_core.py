@@ -23,7 +23,7 @@ from pdtune.capacity import scenario_waterfall, topology_capacity
 from pdtune.chapters import concurrency as ch4, graphs as ch3, memory as ch2, state as ch1
 from pdtune.charts.concurrency import requests_chart, topology_capacity_chart
 from pdtune.charts.graphs import activation_peak_chart, graph_memory_chart
-from pdtune.charts.memory import PROSE_TOGGLE, SLIDER, kv_left_gib, waterfall_chart
+from pdtune.charts.memory import PROSE_TOGGLE, kv_left_gib, slider_name, waterfall_chart
 from pdtune.charts.state import state_breakdown_chart
 from pdtune.memory import Accounting
 from pdtune.model import load_model
@@ -168,12 +168,29 @@ def _kv_labels(svg: str) -> list[float]:
 def test_slider_parameter_is_bound_to_a_range_input() -> None:
     spec = _spec(CHARTS["waterfall"])
     params = {p["name"]: p for p in spec["params"]}
-    assert params[SLIDER]["value"] == 0.92
-    assert params[SLIDER]["bind"]["input"] == "range"
-    assert 0.5 <= params[SLIDER]["bind"]["min"] < params[SLIDER]["bind"]["max"] <= 1.0
+    slider = slider_name(0)
+    assert params[slider]["value"] == 0.92
+    assert params[slider]["bind"]["input"] == "range"
+    assert 0.5 <= params[slider]["bind"]["min"] < params[slider]["bind"]["max"] <= 1.0
     assert params[PROSE_TOGGLE]["bind"]["input"] == "checkbox"
     # the reserve is recomputed from the parameter in a Vega expression
-    assert SLIDER in json.dumps(spec["vconcat"][0])
+    assert slider in json.dumps(spec["vconcat"][0])
+
+
+def test_each_panel_slider_starts_at_its_own_utilization() -> None:
+    """A reader's 0.9 next to the article's 0.92: each panel's bar and the sentence under it agree."""
+    modeled = scenario_waterfall(
+        QWEN, topology="TP4DP4+EP", gpu_memory_gib=139.81, gpu_memory_utilization=0.9, non_torch_gib=2.90,
+        activation_peak_gib=1.83, cudagraph_estimate_gib=8.29, mtp=False, vllm="0.33")
+    ws = {"run 7": article.article_waterfall(7), "yours": modeled}
+    per = {name: article.article_plan().bytes_per_request for name in ws}
+    frame = ch2.waterfall_frame(ws, accounting=Accounting.ARTICLE_PROSE, bytes_per_request=per)
+    spec = _spec(waterfall_chart(frame, focus="yours", measured="table 3", modeled="weights"))
+    params = {p["name"]: p["value"] for p in spec["params"]}
+    assert params[slider_name(0)] == 0.92 and params[slider_name(1)] == 0.9
+    labels = set(_kv_labels(_svg(spec)))
+    assert round(modeled.kv_cache() / GiB, 2) in labels
+    assert f"{modeled.kv_cache() / GiB:,.2f} of 139.81 GiB" in _title(spec)[0]
 
 
 def test_waterfall_at_the_default_matches_table_3() -> None:
@@ -187,7 +204,7 @@ def test_waterfall_at_the_default_matches_table_3() -> None:
 @given(u=st.sampled_from([0.5, 0.8, 0.85, 0.9, 0.95, 0.99]))
 def test_slider_moves_the_kv_cache_exactly_as_the_waterfall_does(u: float) -> None:
     """The Vega expression and pdtune.memory agree for any utilization on the slider."""
-    svg = _svg(_with_params(_spec(CHARTS["waterfall"]), **{SLIDER: u}))
+    svg = _svg(_with_params(_spec(CHARTS["waterfall"]), **{slider_name(0): u}))
     expected = article.article_waterfall(7, utilization=u).kv_cache() / GiB
     # labels print two decimals; the chart computes in GiB, pdtune in bytes
     assert any(abs(v - expected) <= 0.006 for v in _kv_labels(svg))
@@ -215,7 +232,12 @@ def test_requests_chart_compares_both_counts_per_run() -> None:
     spec = _spec(CHARTS["requests"])
     rows = _data_rows(spec)
     assert len(rows) == 16
-    assert {r["measure"] for r in rows} == {"article: KV cache ÷ 759 MiB", "vLLM 0.26.1: one TP rank"}
+    assert {r["measure"] for r in rows} == {"article: one GPU's KV cache ÷ 759 MiB",
+                                            "vLLM 0.26.1: one engine's requests ÷ its GPUs"}
+    # like with like: both bars are per GPU, so run 7 (TP4, no MTP: perfectly sharded) is the same height
+    run7 = {r["measure"]: r["requests"] for r in rows if r["run"] == 7}
+    assert len(set(round(v, 1) for v in run7.values())) == 1
+    assert _title(spec)[0].startswith("Per GPU, vLLM holds")
     assert "÷" in spec["encoding"]["x"]["title"]  # the axis says what is divided by what
 
 

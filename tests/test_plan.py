@@ -273,7 +273,8 @@ def test_an_sla_nothing_meets_names_the_closest_and_writes_nothing(tmp_path: Pat
 
 def test_other_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     _bad([*BASE, "--max-gpus", "1"], capsys, "at least 2 GPUs")
-    _bad([*BASE, "--max-gpus", "72", "--calibration", str(tmp_path / "cal.yaml")], capsys, "--calibration")
+    _bad([*BASE, "--max-gpus", "72", "--calibration", str(tmp_path / "cal.yaml")], capsys, "cal.yaml: file",
+         "no such file")
     _bad([*BASE, "--max-gpus", "72", "--prefill-topologies", "TP3X"], capsys, "topology")
     article_plan = ["plan", "qwen3.8-2.4t", "--gpu", "gb300", "--max-gpus", "72", "--isl", "8192", "--osl", "1024"]
     decode = clusters_dir() / "gb300-qwen3.8-modeled" / "decode"

@@ -54,9 +54,9 @@ PUBLISHED_ELSEWHERE: dict[tuple[str, str], str] = {}
 
 #: Inputs an exercise picks: neither the article's nor results, but what the reader is asked about.
 EXERCISE_INPUTS: dict[str, set[str]] = {
-    "01_state": {"30720"},  # a 32k-context workload: 30,720 input + 2048 output tokens
+    "01_state": {"30720", "4096", "512", "4608"},  # a 32k-context workload; a 4096 + 512 one
     "02_memory": {"0.95"},  # run 5 at gpu_memory_utilization 0.95
-    "03_graphs": {"128", "60", "1"},  # --max-num-seqs 128; a first graph of 1 GiB, an increment of 60 MiB
+    "03_graphs": {"1000", "4000", "60", "1", "384", "1536"},  # --max-num-seqs 1000 and 384; a 1 GiB graph, 60 MiB
     "04_concurrency": set(),
 }
 
@@ -270,10 +270,10 @@ def test_scanner_fails_a_chapter_with_a_typed_result() -> None:
     """The chapter as written passes; the same chapter with one glued number typed back in fails."""
     text = (ROOT / "notebooks" / "01_state.md").read_text(encoding="utf-8")
     assert offending_numbers("01_state", text) == []
-    glued = re.search(r"\{glue:text\}`state-article-tp4-mib[^`]*`", text)
-    assert glued, "the chapter no longer glues one TP4 rank's MiB"
-    typed = text.replace(glued.group(0), "189.75", 1)
-    assert [p.split(": ", 1)[1] for p in offending_numbers("01_state", typed)][0].startswith("189.75 MiB")
+    glued = re.search(r"\{glue:text\}`state-article-mtp-mib[^`]*`", text)
+    assert glued, "the chapter no longer glues what an MTP request of the article's model takes"
+    typed = text.replace(glued.group(0), "1,734", 1)
+    assert [p.split(": ", 1)[1] for p in offending_numbers("01_state", typed)][0].startswith("1734 MiB")
 
 
 def test_allow_list_comes_from_the_articles_data() -> None:

@@ -185,7 +185,7 @@ def test_version_lines() -> None:
     assert not Semantics.for_version("0.28").has_all_mode
     assert Semantics.for_version("0.21").tokens_from_concurrency and not Semantics.for_version("0.20").tokens_from_concurrency
     assert Semantics.for_version("0.33").gdn_checkpoint_block and not Semantics.for_version("0.32").gdn_checkpoint_block
-    with pytest.raises(InputError, match="0.11 and newer"):
+    with pytest.raises(InputError, match="older than 0.11"):
         Semantics.for_version("0.10.2")
     with pytest.raises(InputError, match="not a vLLM version"):
         Semantics.for_version("latest")

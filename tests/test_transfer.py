@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdtune.errors import InputError
+from pdtune.errors import DataError, InputError
 from pdtune.gpus import bundled_gpus, load_gpu
 from pdtune.model import load_model
 from pdtune.state import plan_state
@@ -110,23 +110,35 @@ def test_the_link_between_the_pools() -> None:
     assert pool_link(h200, h200, 16).bandwidth == 50e9  # two HGX nodes: ConnectX-7, 400 Gb/s
 
 
-def test_links_agree_with_the_gpu_table() -> None:
-    """links.csv repeats gpus.csv's NVLink and NIC bandwidths and domains: they must not drift apart."""
+def test_bandwidths_and_domains_come_from_the_gpu_table_only() -> None:
+    """One source: links.csv holds names, latencies and sources; NVLink and NIC bandwidths and the NVLink
+    domain are gpus.csv's (a change there moves every transfer), and every bundled GPU has both links."""
+    header = next(csv.reader(links_file().read_text(encoding="utf-8").splitlines()))
+    assert not {"bandwidth_gb_s", "domain_gpus"} & set(header)
     for name in bundled_gpus():
         gpu = load_gpu(name)
         nvlink, nic = load_link(name, NVLINK), load_link(name, SCALE_OUT)
-        assert nvlink.bandwidth == gpu.nvlink_bandwidth, name
-        assert nvlink.domain_gpus == gpu.nvlink_domain, name
-        assert nic.bandwidth == gpu.network_bandwidth, name
+        assert nvlink.bandwidth == gpu.nvlink_bandwidth and nvlink.domain_gpus == gpu.nvlink_domain, name
+        assert nic.bandwidth == gpu.network_bandwidth and nic.domain_gpus is None, name
+        assert nvlink.source and nic.source, name
 
 
 def test_bad_links_file_names_the_field(tmp_path: Path) -> None:
     rows = list(csv.reader(links_file().read_text(encoding="utf-8").splitlines()))
     bad = tmp_path / "links.csv"
-    rows[1][3] = "fast"
-    bad.write_text("\n".join(",".join(r) for r in rows), encoding="utf-8")
-    with pytest.raises(InputError, match="bandwidth_gb_s"):
-        _links(str(bad))
+
+    def write(edit: tuple[int, int, str]) -> str:
+        copy = [list(r) for r in rows]
+        copy[edit[0]][edit[1]] = edit[2]
+        bad.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in copy), encoding="utf-8")
+        return str(bad)
+
+    latency, gpu = rows[0].index("latency_us"), rows[0].index("gpu")
+    # a bundled table: the data's fault, not the input's (DataError)
+    with pytest.raises(DataError, match=r"links.csv:2: latency_us: expected a number, got 'fast'"):
+        _links(write((1, latency, "fast")))
+    with pytest.raises(DataError, match=r"links.csv:3: gpu: 'mi300x' is not a GPU of .*gpus.csv"):
+        _links(write((2, gpu, "mi300x")))
     with pytest.raises(InputError, match="no scale_out link for GPU 'mi300x'"):
         load_link("mi300x", SCALE_OUT)
 

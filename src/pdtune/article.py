@@ -15,6 +15,7 @@ from functools import cache
 import pandas as pd
 
 from pdtune.errors import InputError
+from pdtune.guarded import bundled, read_frame
 from pdtune.memory import Accounting, Waterfall, cudagraph_plan, weights_per_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.paths import article_dir
@@ -43,13 +44,20 @@ TOPOLOGIES = {"TP8": Topology("TP8", 8, 8), "TP4DP4": Topology("TP4DP4", 4, 16)}
 
 @cache
 def constants() -> dict[str, float]:
-    frame = pd.read_csv(article_dir() / "constants.csv")
-    return dict(zip(frame["name"], frame["value"].astype(float), strict=True))
+    path = article_dir() / "constants.csv"
+    with bundled():
+        frame = read_frame(path, ("name", "value"))
+        try:
+            values = frame["value"].astype(float)
+        except ValueError:
+            raise InputError(path, "value", "every constant must be a number") from None
+    return dict(zip(frame["name"], values, strict=True))
 
 
 def table(number: int) -> pd.DataFrame:
     names = {1: "table1_activation_peak.csv", 2: "table2_cuda_graphs.csv", 3: "table3_memory_per_engine.csv"}
-    return pd.read_csv(article_dir() / names[number])
+    with bundled():
+        return read_frame(article_dir() / names[number])
 
 
 def article_plan(*, vllm: str = "0.11", tp: int = 1, num_speculative_tokens: int = 0,

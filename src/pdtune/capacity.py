@@ -111,10 +111,12 @@ def topology_capacity(
     Per GPU: KV cache = requested - weights - the given overheads. Per engine (``tp`` GPUs): vLLM's max
     concurrency on one TP rank. Per deployment: that times ``dp`` engines. The article's arithmetic divides
     one GPU's KV cache by the whole model's unsharded request. A topology whose TP does not divide the
-    model's heads, or that uses pipeline parallelism, gets a ``note`` and no numbers.
+    model's heads, or that uses pipeline parallelism, gets a ``note`` and no numbers. Rows with MTP only
+    for a model with an MTP layer.
     """
     unsharded = plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm="0.11")
-    ks = [0] + ([num_speculative_tokens] if num_speculative_tokens else [])
+    # MTP rows only for a model that has an MTP layer to draft with.
+    ks = [0] + ([num_speculative_tokens] if num_speculative_tokens and spec.num_mtp_layers else [])
     rows = []
     for name in topologies:
         layout = parse_topology(name, "decode_topologies")
@@ -150,7 +152,13 @@ def topology_capacity(
                 kv_cache_tokens=cap.kv_cache_tokens,
             )
             rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
+
+
+#: The columns of :func:`topology_capacity`, present even when no topology fits (then all NaN).
+CAPACITY_COLUMNS = ["topology", "mtp", "tp", "engines", "gpus", "note", "weights_gib", "kv_cache_gib",
+                    "mib_per_request_rank", "requests_article", "requests_per_engine", "requests_per_deployment",
+                    "requests_per_gpu", "kv_cache_tokens"]
 
 
 def flattens_at(concurrency: Sequence[float], tps: Sequence[float], tolerance: float = 0.01) -> float:
@@ -225,6 +233,47 @@ def kv_room(
     out = pd.DataFrame(rows, columns=columns)
     rank = out["layout"].map({name: i for i, name in enumerate(layouts)}) * 2 + out["mtp"].astype(int)
     return out.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
+
+
+def layout_room(
+    spec: ModelSpec,
+    topologies: Iterable[str],
+    *,
+    sweep_isl: int,
+    sweep_osl: int,
+    isl: int,
+    osl: int,
+    gpu_memory_gib: float,
+    gpu_memory_utilization: float,
+    non_torch_gib: float,
+    activation_peak_gib: float,
+    cudagraph_estimate_gib: float,
+    kv_cache_dtype: str,
+    vllm: str,
+    num_speculative_tokens: int,
+) -> pd.DataFrame:
+    """The KV room of :func:`kv_room` for decode layouts nobody has swept yet: the same accounting
+    (:func:`topology_capacity`), at a decode sweep's request length (``sweep_isl + sweep_osl``) and at the
+    disaggregated workload (``isl + osl``). The columns a sweep adds (``first_swept_above_room``,
+    ``flattens_at``) are NaN. With MTP rows when the model has an MTP layer."""
+    columns = ["deployment", "layout", "mtp", "gpus", "kv_cache_gib", "mib_per_request_rank", "room",
+               "room_per_gpu", "room_at_workload", "first_swept_above_room", "flattens_at", "note"]
+    common = dict(gpu_memory_gib=gpu_memory_gib, gpu_memory_utilization=gpu_memory_utilization,
+                  non_torch_gib=non_torch_gib, activation_peak_gib=activation_peak_gib,
+                  cudagraph_estimate_gib=cudagraph_estimate_gib, kv_cache_dtype=kv_cache_dtype, vllm=vllm,
+                  num_speculative_tokens=num_speculative_tokens)
+    names = list(topologies)
+    here = topology_capacity(spec, names, max_model_len=sweep_isl + sweep_osl, **common)
+    there = topology_capacity(spec, names, max_model_len=isl + osl, **common)
+    rows = []
+    for mine, theirs in zip(here.to_dict("records"), there.to_dict("records"), strict=True):
+        name = mine["topology"] + (" + MTP" if mine["mtp"] else "")
+        rows.append({"deployment": name, "layout": mine["topology"], "mtp": bool(mine["mtp"]),
+                     "gpus": int(mine["gpus"]), "kv_cache_gib": mine["kv_cache_gib"],
+                     "mib_per_request_rank": mine["mib_per_request_rank"], "room": mine["requests_per_deployment"],
+                     "room_per_gpu": mine["requests_per_gpu"], "room_at_workload": theirs["requests_per_deployment"],
+                     "first_swept_above_room": math.nan, "flattens_at": math.nan, "note": mine["note"] or ""})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def room_lookup(room: pd.DataFrame | None) -> Callable[[str, float], float]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
 from pdtune import __version__, commands
-from pdtune.errors import InputError
+from pdtune.commands._common import check_shared
+from pdtune.errors import DataError, InputError
+from pdtune.signals import Terminated, terminate_raises
 
 EXIT_BAD_INPUT = 2
 
@@ -26,7 +29,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; given ``argv`` naming a command, only that command's module is imported (a
+    module is named for its command), so ``pdtune log`` does not pay for pandas and the workbook's imports.
+    Building it reads no data: help texts name the bundled files instead of listing what is in them."""
     parser = _Parser(
         prog="pdtune",
         description="Size and tune prefill/decode disaggregated vLLM serving.",
@@ -34,23 +40,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pdtune {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    first = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for name in [first] if first in names else names:
+        importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = "pdtune"
     try:
-        return int(args.func(args) or 0)
-    except InputError as exc:
-        print(f"pdtune {args.command}: error: {exc}", file=sys.stderr)
+        args = build_parser(argv).parse_args(argv)
+        command = f"pdtune {args.command}"
+        with terminate_raises():  # SIGTERM unwinds like Ctrl-C: every clean-up on the way runs
+            check_shared(args)
+            return int(args.func(args) or 0)
+    except (InputError, DataError) as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # `pdtune ... | head` is normal use
         return 0
+    except (KeyboardInterrupt, Terminated) as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"{command}: interrupted ({signal.Signals(signum).name}); nothing half-written was left", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":  # pragma: no cover

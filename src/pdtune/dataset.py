@@ -23,14 +23,14 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pdtune import __version__
-from pdtune.errors import InputError
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.gpus import load_gpu
-from pdtune.io import read_mapping, staging_dir
+from pdtune.io import output_folder, read_mapping, release, remove_stale, staging_dir
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
@@ -209,6 +209,8 @@ def result_record(p: Prediction, spec: DatasetSpec) -> dict[str, object]:
         "roofline_total_tps": _sig(p.roofline_tps),
         "step_ms": {k: _sig(1000 * v, 5) for k, v in p.step.items()},
     }
+    if p.mode == "disagg":  # the KV transfer term of its TTFT (pdtune.transfer, as pdtune plan charges it)
+        record["pdtune"]["kv_transfer_ms"] = _sig(p.kv_transfer_ms)  # type: ignore[index]
     return record
 
 
@@ -377,9 +379,13 @@ def generate_dataset(out: str | os.PathLike[str] | None = None, spec: DatasetSpe
     in ``out`` stay.
     """
     spec = spec or DatasetSpec()
-    target = Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET
+    target = output_folder(Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET)
+    if target.parent.is_dir():
+        # a run killed mid-swap left its folders: put the old entries back where the new ones never arrived
+        remove_stale(target.parent, f".{target.name}.old-", lambda trash: _restore(trash, target))
+        remove_stale(target.parent, f".{target.name}.new-")
     staging = staging_dir(target)
-    trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    trash = staging_dir(target, kind="old")
     try:
         write_tree(staging, spec)
         target.mkdir(exist_ok=True)
@@ -388,21 +394,33 @@ def generate_dataset(out: str | os.PathLike[str] | None = None, spec: DatasetSpe
             if old.exists():
                 os.replace(old, trash / name)
             os.replace(staging / name, old)
-    except OSError as exc:
+    except BaseException as exc:
         # Put back whatever was moved aside, so a failed run leaves the old dataset, not half of each.
-        for name in _GENERATED:
-            saved, current = trash / name, target / name
-            if saved.exists():
-                if current.is_dir():
-                    shutil.rmtree(current)
-                elif current.exists():
-                    current.unlink()
-                os.replace(saved, current)
-        raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
+        _restore(trash, target, replace_new=True)
+        if isinstance(exc, OSError):
+            raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
+        raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(trash, ignore_errors=True)
+        release(staging)
+        release(trash)
     return target
+
+
+def _restore(trash: Path, target: Path, *, replace_new: bool = False) -> None:
+    """Move the generated entries saved in ``trash`` back into ``target``: over the new ones (a failed run), or
+    only where none arrived (a run killed between the two renames of one entry)."""
+    for name in _GENERATED:
+        saved, current = trash / name, target / name
+        if not saved.exists():
+            continue
+        if current.exists():
+            if not replace_new:
+                continue
+            if current.is_dir():
+                shutil.rmtree(current)
+            else:
+                current.unlink()
+        os.replace(saved, current)
 
 
 def generated_files(root: str | os.PathLike[str]) -> list[Path]:
@@ -457,7 +475,7 @@ def spec_from_params(params: dict[str, object], source: str = "PARAMS.yaml") -> 
         if key in params and params[key] is not None:
             value = params[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= float(value) <= 1:
-                raise InputError(source, key, f"expected a fraction in [0, 1], got {value!r}")
+                raise InputError(source, key, f"expected a fraction in [0, 1], got {brief(value)}")
             changes[key] = float(value)
     if "num_prompts_per_concurrency" in params:
         changes["num_prompts_per_concurrency"] = _whole_list([params["num_prompts_per_concurrency"]], source,
@@ -483,13 +501,13 @@ def read_params(path: str | os.PathLike[str]) -> dict[str, object]:
 
 def _list(value: object, source: str, key: str) -> list[object]:
     if not isinstance(value, list) or not value:
-        raise InputError(source, key, f"expected a non-empty list, got {value!r}")
+        raise InputError(source, key, f"expected a non-empty list, got {brief(value)}")
     return value
 
 
 def _text_param(value: object, source: str, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InputError(source, key, f"expected a name, got {value!r}")
+        raise InputError(source, key, f"expected a name, got {brief(value)}")
     return value.strip()
 
 
@@ -497,11 +515,20 @@ def _text_list(value: object, source: str, key: str) -> list[str]:
     return [_text_param(v, source, key) for v in _list(value, source, key)]
 
 
+#: The ceiling of each whole-number parameter (:mod:`pdtune.limits`); a workload's lengths are bounded too.
+_MAXIMA = {"concurrencies": limits.MAX_CONCURRENCY, "mtp_tokens": limits.MAX_SPECULATIVE_TOKENS,
+           "num_prompts_per_concurrency": limits.MAX_CONCURRENCY}
+
+
 def _whole_list(value: object, source: str, key: str, *, minimum: int = 1) -> list[int]:
     out = []
-    for v in _list(value, source, key):
+    values = _list(value, source, key)
+    if len(values) > 4096:
+        raise InputError(source, key, f"{len(values):,} entries are more than the 4,096 pdtune accepts")
+    for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise InputError(source, key, f"expected whole numbers >= {minimum}, got {v!r}")
+            raise InputError(source, key, f"expected whole numbers >= {minimum}, got {brief(v)}")
+        limits.bound(v, _MAXIMA.get(key, limits.MAX_MODEL_LEN), source, key)
         out.append(v)
     return out
 
@@ -511,11 +538,11 @@ def _disagg_entry(entry: object, source: str) -> tuple[str, bool]:
         unknown = sorted(set(entry) - {"deployment", "mtp"})
         if unknown or "deployment" not in entry:
             raise InputError(source, "disagg_configs",
-                             f"expected {{deployment: ..., mtp: true|false}}, got {entry!r}")
+                             f"expected {{deployment: ..., mtp: true|false}}, got {brief(entry)}")
         name = _text_param(entry["deployment"], source, "disagg_configs")
         mtp = entry.get("mtp", False)
         if not isinstance(mtp, bool):
-            raise InputError(source, "disagg_configs", f"mtp must be true or false, got {mtp!r}")
+            raise InputError(source, "disagg_configs", f"mtp must be true or false, got {brief(mtp)}")
     else:
         name = _text_param(entry, source, "disagg_configs")
         mtp = name.upper().endswith("+MTP")
@@ -526,6 +553,6 @@ def _disagg_entry(entry: object, source: str) -> tuple[str, bool]:
 
 def _workload(value: object, source: str, key: str) -> tuple[int, int]:
     if not isinstance(value, dict) or set(value) != {"isl", "osl"}:
-        raise InputError(source, key, f"expected {{isl: N, osl: N}}, got {value!r}")
+        raise InputError(source, key, f"expected {{isl: N, osl: N}}, got {brief(value)}")
     isl, osl = _whole_list([value["isl"], value["osl"]], source, key)
     return isl, osl

@@ -7,13 +7,13 @@ bytes/s, FLOP/s.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from pdtune.errors import InputError
+from pdtune.guarded import bundled, read_csv_table
 from pdtune.paths import data_dir
 from pdtune.units import GiB
 
@@ -97,16 +97,12 @@ class GpuSpec:
 
 @cache
 def _table(path: str) -> dict[str, GpuSpec]:
-    source = Path(path)
-    try:
-        with source.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in _COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise InputError(source, missing[0], "column missing")
-            rows = list(reader)
-    except OSError as exc:
-        raise InputError(source, "gpus.csv", f"unreadable: {exc.strerror}") from None
+    with bundled():  # the guarded reader: a binary or missing file, or a bad row, is one line blaming the data
+        return _read_table(Path(path))
+
+
+def _read_table(source: Path) -> dict[str, GpuSpec]:
+    rows = read_csv_table(source, _COLUMNS)
     out: dict[str, GpuSpec] = {}
     for i, row in enumerate(rows, start=2):
         where = f"{source}:{i}"

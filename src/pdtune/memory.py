@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from pdtune.errors import InputError
+from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP, bound
 from pdtune.model import ModelSpec
 from pdtune.params import count_parameters, weight_bytes
 from pdtune.units import GiB, MiB, cdiv
@@ -259,15 +260,20 @@ def cudagraph_plan(
     """
     if max_num_seqs <= 0:
         raise InputError("--max-num-seqs", "max_num_seqs", f"must be positive, got {max_num_seqs}")
+    bound(max_num_seqs, MAX_NUM_SEQS, "--max-num-seqs", "max_num_seqs", "sequences per engine pdtune accepts")
     if num_speculative_tokens < 0:
         raise InputError("--num-speculative-tokens", "num_speculative_tokens", "must not be negative")
+    bound(num_speculative_tokens, MAX_SPECULATIVE_TOKENS, "--num-speculative-tokens", "num_speculative_tokens")
     q = 1 + num_speculative_tokens
     max_capture = max_capture_size if max_capture_size is not None else max_num_seqs * q
     mnbt = (max_num_batched_tokens if max_num_batched_tokens is not None
             else default_max_num_batched_tokens(max_num_seqs, num_speculative_tokens))
     for flag, value in (("--max-capture-size", max_capture), ("--max-num-batched-tokens", mnbt)):
+        name = flag.lstrip("-").replace("-", "_")
         if value <= 0:
-            raise InputError(flag, flag.lstrip("-").replace("-", "_"), f"must be positive, got {value}")
+            raise InputError(flag, name, f"must be positive, got {value}")
+        # the capture list holds one size per 16 tokens up to this: bounded, so is the list
+        bound(value, MAX_TOKENS_PER_STEP, flag, name, "tokens per step pdtune accepts")
     sizes = capture_sizes(max_capture, mnbt)
     ceiling = sizes[-1]
     if q > 1:  # adjust_cudagraph_sizes_for_spec_decode

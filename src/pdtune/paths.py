@@ -30,3 +30,8 @@ def clusters_dir() -> Path:
 
 def params_dir() -> Path:
     return data_dir() / "params"
+
+
+def logs_dir() -> Path:
+    """Real vLLM start-up logs the book checks pdtune against (``data/logs/README.md`` names their source)."""
+    return data_dir() / "logs"

@@ -11,7 +11,9 @@ The article's workflow, run before anything is measured:
    model (:meth:`pdtune.gpus.GpuSpec.link_bandwidth`), and every row built on it says so
    (``network_charged``).
 2. **Isolated sweeps.** Each candidate's prefill-only sweep (ISL/2, the article's 8192/2) and decode-only
-   sweep at the plan's ISL/OSL, **modeled** by :mod:`pdtune.perfmodel`, or the user's **measured** sweeps
+   sweep at the plan's ISL/OSL, **modeled** by :mod:`pdtune.perfmodel` with each pool's factors (the
+   ``--calibration`` file naming its GPU, else the GPU's defaults: :func:`pool_factors`; a draft model and
+   DCP size the engines' KV room through :mod:`pdtune.state`), or the user's **measured** sweeps
    (``prefill_results`` / ``decode_results``, any format :func:`pdtune.results.load_results` reads). Decode
    points beyond the engine's KV room at ISL + OSL are dropped (the KV-room check of chapter 7; a decode sweep
    run at a short ISL holds far more requests than the same engine can at the plan's workload). Points and
@@ -19,12 +21,15 @@ The article's workflow, run before anything is measured:
 3. **Rate matching within the budget.** :func:`pdtune.frontier.rate_match` combines every prefill sweep with
    every decode sweep as ``x`` prefill and ``y`` decode engines, and only ``x * g_p + y * g_d <= N`` is kept.
 4. **KV transfer.** Each row's TTFT gains the time to move one request's state from the prefill layout to the
-   decode layout over the link between the pools (:mod:`pdtune.transfer`): ``kv_transfer_ms`` and its share
-   of TTFT are columns of every row. A row whose KV stream would need more than the busiest GPU's link is
-   dropped and counted.
+   decode layout over the link between the pools (:mod:`pdtune.transfer`, the rule ``pdtune predict`` and the
+   dataset generator charge too, at the lower of the two pools' ``link`` factors): ``kv_transfer_ms`` and its
+   share of TTFT are columns of every row. A row whose KV stream would need more than the busiest GPU's link
+   is dropped and counted.
 5. **Frontier and picks.** The upper envelope of the rows (:func:`pdtune.frontier.upper_envelope`) with its
    provenance, and for each SLA the most tokens/s per GPU that meets it (:func:`pdtune.frontier.sla_pick` on
-   the rows that meet the latency limits).
+   the rows that meet the latency limits). A TPOT p90 limit is checked against each row's ``tpot_ms_p90``:
+   a measured decode sweep's p99 where it has one, else the TPOT times a stated factor (:class:`TpotP90`);
+   ``tpot_p90_basis`` says which.
 
 Every modeled number is labelled so (``modeled``, ``prefill_source``, ``decode_source``). GPU counts,
 workers and concurrencies are integers: a row's ``concurrency`` is Little's law rounded to whole requests,
@@ -37,32 +42,37 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pdtune.errors import InputError
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.frontier import rate_match, sla_pick, upper_envelope
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.io import read_mapping
 from pdtune.model import ModelSpec, load_model
+from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
     DEFAULT_ACCEPTANCE,
-    DEFAULT_EFFICIENCY,
+    Efficiency,
     EngineConfig,
     build_engine,
     predict_decode,
     predict_prefill,
     to_frame,
 )
+from pdtune.perfmodel.calibrate import load_calibration
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.sweeps import PREFILL_OSL
 from pdtune.results import load_results
 from pdtune.state import plan_state
 from pdtune.sweep import canonical_topologies
 from pdtune.topology import Topology, parse_topology
-from pdtune.transfer import NVLINK, SCALE_OUT, Transfer, load_link, request_transfer, scope_link
+from pdtune.transfer import NVLINK, SCALE_OUT, EngineExtras, Transfer, load_link, request_transfer, scope_link
 from pdtune.units import GiB, MiB
 
 #: Concurrencies of the modeled isolated sweeps (points above a decode engine's KV room are dropped).
@@ -78,7 +88,8 @@ PLAN_VLLM = "0.33.0"
 #: Columns of a plan row, in the order a table shows them first.
 ROW_COLUMNS: tuple[str, ...] = (
     "row", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
-    "kv_transfer_ms", "kv_transfer_share", "tpot_ms_p50", "tpot_ms_p99", "ttft_ms_p99", "prefill_ttft_ms",
+    "kv_transfer_ms", "kv_transfer_share", "tpot_ms_p50", "tpot_ms_p90", "tpot_p90_basis", "tpot_ms_p99",
+    "ttft_ms_p99", "prefill_ttft_ms",
     "prefill_topology", "decode_topology", "n_prefill_workers", "n_decode_workers", "gpus_prefill",
     "gpus_decode", "prefill_gpu", "decode_gpu", "mtp_tokens", "prefill_concurrency", "decode_concurrency",
     "decode_room", "total_tps", "output_tps", "bottleneck", "kv_link", "kv_mib_per_request",
@@ -94,8 +105,8 @@ ROW_COLUMNS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Sla:
-    """Service levels a row must meet; None = no limit. TPOT p90 is checked against TPOT p99 (an upper
-    bound of p90) where a sweep has spread; modeled latencies are means, so there p50 = p99."""
+    """Service levels a row must meet; None = no limit. TPOT p90 is checked against each row's
+    ``tpot_ms_p90``, whose basis the row names (``tpot_p90_basis``, see :func:`tpot_p90_rule`)."""
 
     min_tps_per_user: float | None = None
     max_ttft_ms: float | None = None
@@ -147,8 +158,47 @@ class Sla:
 
 
 def _tpot_p90_bound(rows: pd.DataFrame) -> np.ndarray:
-    p99 = rows["tpot_ms_p99"].to_numpy(dtype=float)
-    return np.where(np.isfinite(p99), p99, rows["tpot_ms_p50"].to_numpy(dtype=float))
+    return rows["tpot_ms_p90"].to_numpy(dtype=float)
+
+
+def inferencex_dir() -> Path:
+    return clusters_dir() / "inferencex-gb200-dsr1"
+
+
+@dataclass(frozen=True)
+class TpotP90:
+    """How a plan row's TPOT p90 is obtained where no measured spread is given.
+
+    The performance model predicts a mean TPOT (a deterministic model has no spread: its p50 = p99), so a p90
+    limit is checked against that TPOT times ``factor``. By default the factor is measured: the median ratio
+    of p99 to median TPOT over the measured disaggregated points bundled with pdtune (InferenceX, GB200,
+    ``data/clusters/inferencex-gb200-dsr1``); a p99 bounds the p90 from above, so the rule leans safe. A row
+    built on a measured decode sweep that records its p99 TPOT uses that p99 instead (again >= p90).
+    """
+
+    factor: float
+    basis: str
+    source: str
+    points: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tpot_p90_rule(factor: float | None = None) -> TpotP90:
+    """The rule for modeled rows: ``factor`` if given, else the measured p99/p50 ratio (see :class:`TpotP90`)."""
+    if factor is not None:
+        return TpotP90(float(factor), f"modeled TPOT x {factor:g} (--tpot-p90-factor)", "--tpot-p90-factor", 0)
+    source = inferencex_dir()
+    df = load_results([str(source)])
+    ratio = (df["tpot_ms_p99"] / df["tpot_ms_p50"]).to_numpy(dtype=float)
+    ratio = ratio[np.isfinite(ratio)]
+    if not ratio.size:
+        raise InputError(source, "tpot_ms_p99", "no measured point with a p99 and a median TPOT")
+    value = float(np.median(ratio))
+    return TpotP90(value, f"modeled TPOT x {value:.2f}: the median p99/median TPOT of {ratio.size} measured "
+                          f"InferenceX GB200 disaggregated points (a p99 bounds the p90)", str(source),
+                   int(ratio.size))
 
 
 @dataclass(frozen=True)
@@ -170,9 +220,17 @@ class PlanSettings:
     grid: tuple[int, ...] = GRID
     prefill_topologies: tuple[str, ...] | None = None  # restrict the search; None = every admissible layout
     decode_topologies: tuple[str, ...] | None = None
-    calibration: str | None = None
+    calibration: tuple[str, ...] = ()  # `pdtune calibrate` files; each serves the pool whose GPU it names
+    # A draft beside the model (EAGLE/EAGLE3 head or draft model) and decode context parallelism: they size
+    # the KV room of the engines and the KV transfer (pdtune.state); the step model does not see them.
+    speculative_model: str | None = None
+    num_speculative_tokens: int = 0  # the draft's tokens (MTP candidates use ``mtp_tokens``)
+    decode_context_parallel_size: int = 1  # decode engines only
+    tpot_p90_factor: float | None = None  # None: the measured p99/p50 ratio (:func:`tpot_p90_rule`)
 
     def __post_init__(self) -> None:
+        if isinstance(self.calibration, str):
+            object.__setattr__(self, "calibration", (self.calibration,))
         for name in ("max_gpus", "isl", "osl"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -186,6 +244,18 @@ class PlanSettings:
             raise InputError("--mtp", "mtp_tokens", f"must not be negative, got {self.mtp_tokens}")
         if not 0 <= self.acceptance <= 1:
             raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {self.acceptance}")
+        if self.speculative_model is not None and self.num_speculative_tokens < 1:
+            raise InputError("--num-speculative-tokens", "num_speculative_tokens",
+                             "a speculative model needs --num-speculative-tokens >= 1")
+        if self.speculative_model is None and self.num_speculative_tokens:
+            raise InputError("--num-speculative-tokens", "num_speculative_tokens",
+                             "counts the draft tokens of --speculative-model; for MTP use --mtp K")
+        if self.decode_context_parallel_size < 1:
+            raise InputError("--decode-context-parallel-size", "decode_context_parallel_size", "must be >= 1")
+        if self.tpot_p90_factor is not None and not (math.isfinite(self.tpot_p90_factor)
+                                                     and self.tpot_p90_factor >= 1):
+            raise InputError("--tpot-p90-factor", "tpot_p90_factor",
+                             f"must be >= 1 (a p90 is not below the median), got {self.tpot_p90_factor}")
 
     @property
     def decode_gpu_name(self) -> str:
@@ -195,14 +265,34 @@ class PlanSettings:
     def mixed(self) -> bool:
         return self.decode_gpu_name.strip().lower() != self.gpu.strip().lower()
 
-    def engine_config(self) -> EngineConfig:
+    @property
+    def mtp_candidates(self) -> bool:
+        """MTP decode candidates: off when a separate draft (``speculative_model``) does the drafting."""
+        return bool(self.mtp_tokens) and self.speculative_model is None
+
+    def extras(self) -> EngineExtras:
+        """The draft and DCP as the state accounting takes them (:mod:`pdtune.transfer`)."""
+        return self._extras
+
+    @cached_property
+    def _extras(self) -> EngineExtras:
+        draft = load_model(self.speculative_model) if self.speculative_model else None
+        return EngineExtras(self.num_speculative_tokens, draft, self.decode_context_parallel_size)
+
+    def engine_config(self, role: str = "decode") -> EngineConfig:
+        extras = self.extras()
         return EngineConfig(gpu_memory_utilization=self.gpu_memory_utilization, kv_cache_dtype=self.kv_cache_dtype,
-                            vllm=self.vllm, max_num_batched_tokens=self.max_num_batched_tokens)
+                            vllm=self.vllm, max_num_batched_tokens=self.max_num_batched_tokens,
+                            speculative_model=extras.speculative_model,
+                            num_speculative_tokens=extras.num_speculative_tokens,
+                            decode_context_parallel_size=extras.decode_context_parallel_size if role == "decode"
+                            else 1)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["decode_gpu"] = self.decode_gpu_name
         out["grid"] = list(self.grid)
+        out["calibration"] = list(self.calibration)
         return out
 
 
@@ -272,8 +362,9 @@ def candidate_topologies(spec: ModelSpec, max_gpus: int) -> list[Topology]:
 
 
 def spans_nvlink_domain(gpu: GpuSpec, topology: Topology) -> bool:
-    """Whether one TP or EP group of ``topology`` is larger than an NVLink domain of ``gpu``."""
-    return max(topology.tp, topology.expert_shards) > gpu.nvlink_domain
+    """Whether one TP or EP group of ``topology`` spans more than one NVLink domain of ``gpu``: the groups whose
+    collectives :mod:`pdtune.perfmodel.network` charges at the NIC's bandwidth and latency."""
+    return gpu.crosses_network(max(topology.tp, topology.expert_shards))
 
 
 @dataclass
@@ -293,16 +384,50 @@ def _wanted(names: tuple[str, ...] | None, source: str) -> set[Topology] | None:
     return {parse_topology(n, source) for n in names}
 
 
-def _modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings) -> _Pool:
+@dataclass(frozen=True)
+class Factors:
+    """The performance model's factors one pool is predicted with, and where they come from."""
+
+    efficiency: Efficiency
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "factors": self.efficiency.to_dict()}
+
+
+def pool_factors(s: PlanSettings, prefill_gpu: GpuSpec, decode_gpu: GpuSpec) -> dict[str, Factors]:
+    """Per pool: the calibration file of its GPU (``pdtune calibrate``; read by
+    :func:`pdtune.perfmodel.calibrate.load_calibration`, checked against the model as ``pdtune predict`` and
+    ``pdtune dataset generate`` check it), else the GPU's default factors (``data/perfmodel/defaults.csv``)."""
+    kinds = sorted({prefill_gpu.name, decode_gpu.name})
+    by_gpu: dict[str, Factors] = {}
+    for path in s.calibration:
+        # One GPU kind: the reader checks the GPU itself (the same line `dataset generate` prints).
+        cal = load_calibration(path, model=s.model, gpu=kinds[0] if len(kinds) == 1 else None)
+        if cal.gpu not in kinds:
+            raise InputError(path, "gpu", f"calibrated for {cal.gpu}, not {' or '.join(kinds)} (the plan's pools)")
+        if cal.gpu in by_gpu:
+            raise InputError(path, "gpu", f"a second calibration for {cal.gpu} ({by_gpu[cal.gpu].source})")
+        by_gpu[cal.gpu] = Factors(cal.efficiency, f"calibration {path}")
+    out = {}
+    for role, gpu in (("prefill", prefill_gpu), ("decode", decode_gpu)):
+        if gpu.name not in by_gpu:
+            defaults = gpu_defaults(gpu.name)
+            by_gpu[gpu.name] = Factors(defaults.efficiency, f"{gpu.name} defaults ({defaults.source})")
+        out[role] = by_gpu[gpu.name]
+    return out
+
+
+def _modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings, eff: Efficiency) -> _Pool:
     pool = _Pool()
-    config = s.engine_config()
+    config = s.engine_config(role)
     wanted = _wanted(s.prefill_topologies if role == "prefill" else s.decode_topologies, f"--{role}-topologies")
     layouts = candidate_topologies(spec, s.max_gpus - 1)
     if wanted is not None:
         layouts = [t for t in layouts if t in wanted] + sorted(
             (t for t in wanted if t not in layouts), key=lambda t: (t.gpus, t.name))
     ks = [0]
-    if role == "decode" and s.mtp_tokens and spec.num_mtp_layers:
+    if role == "decode" and s.mtp_candidates and spec.num_mtp_layers:
         ks.append(s.mtp_tokens)
     for topo in layouts:
         if topo.gpus > s.max_gpus - 1:
@@ -314,12 +439,12 @@ def _modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings) -> 
                 engine = build_engine(spec, gpu, topo, isl=s.isl, osl=s.osl, mtp_tokens=k, config=config)
                 if role == "prefill":
                     preds = predict_prefill(spec, gpu, topo, list(s.grid), isl=s.isl, osl=PREFILL_OSL,
-                                            config=config, efficiency=DEFAULT_EFFICIENCY)
+                                            config=config, efficiency=eff)
                 else:
                     grid = [c for c in s.grid if c <= engine.capacity] or [engine.capacity]
                     pool.dropped_above_room += len(s.grid) - len(grid)
                     preds = predict_decode(spec, gpu, topo, grid, isl=s.isl, osl=s.osl, mtp_tokens=k,
-                                           acceptance=s.acceptance, config=config, efficiency=DEFAULT_EFFICIENCY)
+                                           acceptance=s.acceptance, config=config, efficiency=eff)
             except InputError as err:
                 pool.rejected.append(Rejected(role, gpu.name, topo.name + (f"+MTP{k}" if k else ""), err.message))
                 continue
@@ -354,7 +479,7 @@ def _measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: st
                              f"the prefill sweep ran ISL {int(isl.iloc[0])}, the plan is for ISL {s.isl}")
     df = canonical_topologies(df)
     df["mtp_tokens"] = pd.to_numeric(df["mtp_tokens"], errors="coerce").fillna(0)
-    config = s.engine_config()
+    config = s.engine_config(role)
     wanted = _wanted(s.prefill_topologies if role == "prefill" else s.decode_topologies, f"--{role}-topologies")
     for (name, mtp), group in df.groupby(["topology", "mtp_tokens"], sort=True):
         topo = parse_topology(str(name), where)
@@ -401,10 +526,21 @@ def _files(paths: list[str]) -> str:
 
 
 def _capacity(frame: pd.DataFrame, role: str, osl: int) -> np.ndarray:
-    """Requests/s one engine completes at each point (rate matching's P or D)."""
+    """Requests/s one engine completes at each point (rate matching's P or D).
+
+    Prefill: the sweep's own throughput (``total_tps`` over its ISL + OSL) where it has one, else Little's
+    law ``C / TTFT``. A fixed cost outside the engine (the front end's share of TTFT) keeps ``C / TTFT``
+    creeping up forever past saturation, where the engine's throughput is flat: judged by ``C / TTFT``, a
+    point queued for minutes would never be beaten by the knee of the curve.
+    """
     c = frame["concurrency"].to_numpy(dtype=float)
     if role == "prefill":
-        return c * 1000.0 / frame["ttft_ms_p50"].to_numpy(dtype=float)
+        little = c * 1000.0 / frame["ttft_ms_p50"].to_numpy(dtype=float)
+        if "total_tps" not in frame.columns:
+            return little
+        tokens = frame["isl"].to_numpy(dtype=float) + frame["osl"].to_numpy(dtype=float)
+        rate = frame["total_tps"].to_numpy(dtype=float) / tokens
+        return np.where(np.isfinite(rate) & (rate > 0), rate, little)
     return c * 1000.0 / (frame["tpot_ms_p50"].to_numpy(dtype=float) * (osl - 1))
 
 
@@ -442,15 +578,14 @@ def _prune_sweeps(pool: _Pool, role: str, osl: int) -> None:
     for i, c in enumerate(pool.candidates):
         by_gpus.setdefault(c.gpus, []).append(i)
     drop: set[int] = set()
+    points = [(_capacity(f, role, osl), _latency(f, role)) for f in pool.sweeps]
     for members in by_gpus.values():
         for i in members:
-            mine = pool.sweeps[i]
-            cap, lat = _capacity(mine, role, osl), _latency(mine, role)
+            cap, lat = points[i]
             for j in members:
                 if j == i or j in drop:
                     continue
-                other = pool.sweeps[j]
-                ocap, olat = _capacity(other, role, osl), _latency(other, role)
+                ocap, olat = points[j]
                 beaten = ((ocap[None, :] >= cap[:, None]) & (olat[None, :] <= lat[:, None])).any(axis=1)
                 if beaten.all():
                     drop.add(i)
@@ -495,6 +630,8 @@ class Plan:
     picks: tuple[Pick, ...]
     counts: dict[str, int]
     transfers: dict[str, dict[str, Any]]  # per prefill -> decode layout pair and link: the transfer
+    factors: dict[str, Factors] = field(default_factory=dict)  # per pool: the model's factors and their source
+    tpot_p90: TpotP90 | None = None  # how modeled rows' TPOT p90 is obtained
 
     @property
     def frontier(self) -> pd.DataFrame:
@@ -544,16 +681,48 @@ class Plan:
                 .agg(["min", "max"]).rename(columns={"min": "share_of_ttft_min", "max": "share_of_ttft_max"})
                 .reset_index())
 
+    def state_extras(self) -> dict[str, Any] | None:
+        """What ``--speculative-model`` and ``--decode-context-parallel-size`` changed, in words and values."""
+        s = self.settings
+        if s.speculative_model is None and s.decode_context_parallel_size == 1:
+            return None
+        extras = s.extras()
+        draft = extras.speculative_model
+        method = None
+        if draft is not None:  # the method vLLM infers from the draft's architecture (pdtune.state's rule)
+            state = plan_state(self.spec, max_model_len=s.isl + s.osl, tp=s.decode_context_parallel_size,
+                               kv_cache_dtype=s.kv_cache_dtype, vllm=s.vllm, **extras.state_args(decode=True))
+            method = state.speculation.method if state.speculation is not None else None
+        return {
+            "speculative_model": draft.name if draft is not None else None,
+            "speculative_model_path": s.speculative_model,
+            "speculative_method": method,
+            "num_speculative_tokens": s.num_speculative_tokens,
+            "decode_context_parallel_size": s.decode_context_parallel_size,
+            "affects": ("the KV room of every engine (the draft's layers, on both pools) and of the decode engines "
+                        "(DCP shards full-attention tokens over their TP group), the KV transfer's bytes and "
+                        "block sizes, and the recipes (speculative-config, decode-context-parallel-size); not "
+                        "the step model: the draft's passes and acceptance and DCP's attention all-gather are "
+                        "not in the predicted TPOT, and MTP decode candidates are off while a draft is given"),
+        }
+
     def to_dict(self) -> dict[str, Any]:
+        extras = self.state_extras()
+        settings = self.settings.to_dict()
+        if extras is not None and extras["speculative_method"]:
+            settings["speculative_method"] = extras["speculative_method"]  # what the recipes write
         return {
             "generator": "pdtune plan",
             "modeled": self.modeled,
             "modeled_note": ("rows built on modeled sweeps are predictions of pdtune.perfmodel (a roofline "
                              "model), not measurements") if self.modeled else "",
-            "settings": self.settings.to_dict(),
+            "settings": settings,
             "model": {"name": self.spec.name, "source": self.spec.source, "precision": self.spec.weights.name,
                       "hybrid": self.spec.is_hybrid, "num_mtp_layers": self.spec.num_mtp_layers},
             "gpus": {"prefill": self.prefill_gpu.to_dict(), "decode": self.decode_gpu.to_dict()},
+            "factors": {role: f.to_dict() for role, f in self.factors.items()},
+            "tpot_p90": self.tpot_p90.to_dict() if self.tpot_p90 is not None else None,
+            "state_extras": extras,
             "counts": self.counts,
             "candidates": [c.to_dict() for c in self.candidates],
             "rejected": [r.to_dict() for r in self.rejected],
@@ -593,18 +762,18 @@ def plan(
     closest row in the message; otherwise it is a pick with ``met=False``.
     """
     s = settings
-    if s.calibration is not None:
-        raise InputError(s.calibration, "--calibration",
-                         "calibration files are not read by this pdtune yet (the performance model's calibration "
-                         "format is pending); plan without it")
     spec = load_model(s.model)
     prefill_gpu = load_gpu(s.gpu)
     decode_gpu = load_gpu(s.decode_gpu_name)
     for g in {prefill_gpu.name, decode_gpu.name}:
         load_link(g, "scale_out")  # a GPU without link data is bad input before any work
+    factors = pool_factors(s, prefill_gpu, decode_gpu)
+    s.extras()  # an unreadable --speculative-model is bad input before any work
+    p90 = tpot_p90_rule(s.tpot_p90_factor)
     pools = {}
     for role, gpu, given in (("prefill", prefill_gpu, prefill_results), ("decode", decode_gpu, decode_results)):
-        pools[role] = _measured_pool(given, spec, gpu, role, s) if given else _modeled_pool(spec, gpu, role, s)
+        pools[role] = (_measured_pool(given, spec, gpu, role, s) if given
+                       else _modeled_pool(spec, gpu, role, s, factors[role].efficiency))
     ttft_limited = any(sla.max_ttft_ms is not None for sla in slas)
     _prune_sweeps(pools["prefill"], "prefill", s.osl)
     if not ttft_limited:
@@ -612,7 +781,7 @@ def plan(
         # limit; with a TTFT limit every decode sweep stays.
         _prune_sweeps(pools["decode"], "decode", s.osl)
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
-    rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu)
+    rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
     table, picks = _picks(rows, floors, require_sla=require_sla and bool(slas))
     counts.update({
@@ -630,13 +799,17 @@ def plan(
                 tuple(pools["prefill"].candidates + pools["decode"].candidates),
                 tuple(pools["prefill"].rejected + pools["decode"].rejected),
                 tuple(pools["prefill"].pruned + pools["decode"].pruned), rows, table, tuple(picks), counts,
-                transfers)
+                transfers, factors, p90)
 
 
 def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
                   decode_gpu: GpuSpec) -> None:
     """No candidate on a side, or no pair within the budget: bad input, naming the smallest deployment."""
     sides = {role: pools[role].candidates for role in ("prefill", "decode")}
+    for role, given in (("prefill", s.prefill_topologies), ("decode", s.decode_topologies)):
+        if given is not None and not sides[role]:  # the user's own list: say what became of it
+            why = "; ".join(f"{r.topology}: {r.reason}" for r in pools[role].rejected) or "none was usable"
+            raise InputError(f"--{role}-topologies", f"{role}_topologies", f"no listed layout fits: {why}")
     if all(sides.values()):
         smallest = min(c.gpus for c in sides["prefill"]) + min(c.gpus for c in sides["decode"])
         if smallest <= s.max_gpus:
@@ -680,15 +853,20 @@ class _Context:
     prefill_gpu: GpuSpec
     decode_gpu: GpuSpec
     candidates: dict[tuple[str, str, int], Candidate]  # (role, topology, MTP tokens)
+    link_efficiency: float  # achieved share of the link's bandwidth: the lower of the two pools' factors
+    extras: EngineExtras  # a draft model and DCP, as the state accounting takes them
+    tpot_p90: TpotP90
 
 
 def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
-           decode_gpu: GpuSpec) -> tuple[pd.DataFrame, dict[str, int], dict[str, dict[str, Any]]]:
+           decode_gpu: GpuSpec, factors: dict[str, Factors], p90: TpotP90,
+           ) -> tuple[pd.DataFrame, dict[str, int], dict[str, dict[str, Any]]]:
     """Rate-match every prefill sweep with every decode sweep within the budget; add the KV transfer."""
     n = s.max_gpus
     prefill, decode = pools["prefill"], pools["decode"]
     ctx = _Context(spec, s, prefill_gpu, decode_gpu,
-                   {(c.role, c.topology, c.mtp_tokens): c for c in prefill.candidates + decode.candidates})
+                   {(c.role, c.topology, c.mtp_tokens): c for c in prefill.candidates + decode.candidates},
+                   min(f.efficiency.link for f in factors.values()), s.extras(), p90)
     transfers: dict[tuple[str, str, int, str], Transfer] = {}
     counts = {"rate_matched_rows": 0, "rows_over_kv_room_after_block_size": 0, "rows_link_saturated": 0}
     parts = []
@@ -754,9 +932,12 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
         key = (p, d, int(k), scope)
         if key not in transfers:
             link = scope_link(ctx.prefill_gpu, ctx.decode_gpu, scope)
+            x = ctx.extras
             transfers[key] = request_transfer(ctx.spec, parse_topology(p), parse_topology(d), link, isl=s.isl,
                                               osl=s.osl, kv_cache_dtype=s.kv_cache_dtype, vllm=s.vllm,
-                                              num_speculative_tokens=int(k), efficiency=DEFAULT_EFFICIENCY.link)
+                                              num_speculative_tokens=int(k) or x.num_speculative_tokens,
+                                              efficiency=ctx.link_efficiency, speculative_model=x.speculative_model,
+                                              decode_context_parallel_size=x.decode_context_parallel_size)
         t = transfers[key]
         pc, dc = ctx.candidates[("prefill", p, 0)], ctx.candidates[("decode", d, int(k))]
         values = {
@@ -780,6 +961,14 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
     d_ranks = matched["n_decode_workers"].to_numpy() * col["d_dp"]
     utilization = np.maximum(rate / p_ranks * col["send"], rate / d_ranks * col["recv"]) / col["bandwidth"]
     total_ttft = ttft + col["ms"]
+    # TPOT p90: a measured decode sweep's own p99 (>= p90) where it has one, else TPOT x the stated factor.
+    p99 = matched["tpot_ms_p99"].to_numpy(dtype=float)
+    measured_p99 = np.char.startswith(col["dsource"].astype(str), "measured") & np.isfinite(p99)
+    tpot_p90 = np.where(measured_p99, p99, tpot * ctx.tpot_p90.factor)
+    scaled = f"TPOT x {ctx.tpot_p90.factor:.2f}"
+    decode_modeled = np.char.startswith(col["dsource"].astype(str), "modeled")
+    p90_basis = np.where(measured_p99, "measured p99 TPOT of the decode sweep (bounds the p90)",
+                         np.where(decode_modeled, f"modeled {scaled}", f"measured median {scaled}"))
     block = pd.array(col["to_set"].astype(np.int64), dtype="Int64")
     block[col["to_set"] == 0] = pd.NA
     out = matched.assign(
@@ -789,6 +978,8 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
         ttft_ms_p99=matched["ttft_ms_p99"].to_numpy(dtype=float) + col["ms"],
         kv_transfer_ms=col["ms"],
         kv_transfer_share=col["ms"] / total_ttft,
+        tpot_ms_p90=tpot_p90,
+        tpot_p90_basis=p90_basis,
         kv_link=keys["scope"].to_numpy(),
         kv_mib_per_request=col["mib"],
         kv_link_utilization=utilization,
@@ -822,7 +1013,9 @@ def _room_with_block(ctx: _Context, topo: Topology, k: int, room: int, block: in
         return float(room)
     s = ctx.settings
     common: dict[str, Any] = dict(max_model_len=s.isl + s.osl, tp=topo.tp, kv_cache_dtype=s.kv_cache_dtype,
-                                  vllm=s.vllm, num_speculative_tokens=k)
+                                  vllm=s.vllm, **ctx.extras.state_args(decode=True))
+    if k:
+        common["num_speculative_tokens"] = k
     own = plan_state(ctx.spec, **common).bytes_per_request
     forced = plan_state(ctx.spec, block_size=block, **common).bytes_per_request
     return float(math.floor(room * own / forced))
@@ -870,10 +1063,12 @@ def _picks(rows: pd.DataFrame, slas: Sequence[Sla], *, require_sla: bool) -> tup
         best, miss = closest_of[n_sla]
         if require_sla:
             r = rows.loc[best]
+            p90 = (f" (p90 {r['tpot_ms_p90']:.1f} ms: {r['tpot_p90_basis']})"
+                   if sla.max_tpot_ms_p90 is not None else "")
             raise InputError("SLA", sla.describe(),
                              f"no deployment within the budget meets it; the closest is {r['deployment']} at "
                              f"concurrency {int(r['concurrency'])}: {r['tps_per_user']:.1f} tokens/s per user, "
-                             f"TTFT {r['ttft_ms_p50']:,.0f} ms, TPOT {r['tpot_ms_p50']:.1f} ms, "
+                             f"TTFT {r['ttft_ms_p50']:,.0f} ms, TPOT {r['tpot_ms_p50']:.1f} ms{p90}, "
                              f"{r['tps_per_gpu']:,.0f} tokens/s per GPU ({miss:.0%} short)")
         picks.append(Pick(sla, False, None, row_of[best], miss, candidates))
     table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
@@ -912,13 +1107,30 @@ def picks_sentence(p: Plan, pick: Pick) -> str:
                 f"{r['ttft_ms_p50']:,.0f} ms)")
     assert pick.row is not None
     r = p.row(pick.row)
+    p90 = (f", TPOT p90 {r['tpot_ms_p90']:.1f} ms ({r['tpot_p90_basis']})" if pick.sla.max_tpot_ms_p90 is not None
+           else "")
     return (f"{pick.sla.describe()}: row {pick.row}, {r['deployment']} on {r['gpus_total']} GPUs at concurrency "
             f"{r['concurrency']}: {r['tps_per_gpu']:,.0f} tokens/s per GPU, {r['tps_per_user']:.1f} tokens/s per "
-            f"user, TTFT {r['ttft_ms_p50']:,.0f} ms ({r['kv_transfer_share']:.1%} of it KV transfer)")
+            f"user, TTFT {r['ttft_ms_p50']:,.0f} ms ({r['kv_transfer_share']:.1%} of it KV transfer){p90}")
+
+
+#: What ``pdtune recipe`` reads from a plan file and the kind of each value ("whole": an int, or a float such as
+#: ``3.0``, within :data:`pdtune.limits.MAX_EXACT_INT`; "number": finite). A file ``pdtune plan --json`` wrote has
+#: all of it; one edited by hand or truncated is refused here, naming the key, before a recipe is written.
+_PLAN_SCHEMA: dict[str, dict[str, str]] = {
+    "settings": {"isl": "whole", "osl": "whole", "max_gpus": "whole", "max_num_batched_tokens": "whole",
+                 "gpu_memory_utilization": "number", "kv_cache_dtype": "text"},
+    "model": {"name": "text", "precision": "text"},
+    "gpus.prefill": {"name": "text", "gpus_per_node": "whole"},
+    "gpus.decode": {"name": "text", "gpus_per_node": "whole"},
+}
+_PLAN_ROW = {"row": "whole", "deployment": "text", "prefill_topology": "text", "decode_topology": "text",
+             "mtp_tokens": "whole", "n_prefill_workers": "whole", "n_decode_workers": "whole", "concurrency": "whole"}
+_PLAN_CANDIDATE = {"role": "text", "topology": "text", "mtp_tokens": "whole"}
 
 
 def load_plan(path: str | Path) -> dict[str, Any]:
-    """A ``pdtune plan --json`` file, checked for what ``pdtune recipe`` needs."""
+    """A ``pdtune plan --json`` file, checked for everything ``pdtune recipe`` reads from it."""
     source = Path(path)
     data = read_mapping(source, "PLAN.json")
     if data.get("generator") != "pdtune plan":
@@ -926,7 +1138,37 @@ def load_plan(path: str | Path) -> dict[str, Any]:
     for key in ("settings", "rows", "model", "gpus"):
         if key not in data:
             raise InputError(source, key, "missing")
+    for where, fields in _PLAN_SCHEMA.items():
+        section: Any = data
+        for part in where.split("."):
+            section = section.get(part) if isinstance(section, dict) else None
+        if not isinstance(section, dict):
+            raise InputError(source, where, "must be an object")
+        _check_plan_fields(section, fields, source, where)
+    for key, fields in (("rows", _PLAN_ROW), ("candidates", _PLAN_CANDIDATE)):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            raise InputError(source, key, "must be a list")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise InputError(source, f"{key}[{i}]", "must be an object")
+            _check_plan_fields(entry, fields, source, f"{key}[{i}]")
     return data
+
+
+def _check_plan_fields(section: dict[str, Any], fields: dict[str, str], source: Path, where: str) -> None:
+    for key, kind in fields.items():
+        value = section.get(key)
+        name = f"{where}.{key}"
+        if kind == "text":
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(source, name, f"must be text, got {brief(value)}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(source, name, f"must be a number, got {brief(value)}")
+        if kind == "whole" and (value != int(value) or not 0 <= value <= limits.MAX_EXACT_INT):
+            raise InputError(source, name, f"must be a whole number from 0 to {limits.MAX_EXACT_INT:,}, got "
+                                           f"{brief(value)}")
 
 
 def sla_list(floors: Iterable[float] | None, max_ttft_ms: float | None,

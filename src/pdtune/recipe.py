@@ -24,7 +24,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,8 +32,9 @@ from typing import Any
 
 import yaml
 
+from pdtune import guarded
 from pdtune.errors import InputError
-from pdtune.io import staging_dir
+from pdtune.io import output_folder, release, remove_stale, staging_dir
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
 from pdtune.topology import Topology, parse_topology
@@ -64,15 +64,15 @@ def engine_args_file(version: str = VLLM_VERSION) -> Path:
 def accepted_flags(version: str = VLLM_VERSION) -> dict[str, str]:
     """Flag -> scope (``engine`` or ``serve``) of one vLLM version, from the generated list."""
     path = engine_args_file(version)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(path, "engine-args", f"unreadable: {exc.strerror}") from None
+    with guarded.bundled():
+        lines = guarded.read_text(path, "engine-args").splitlines()
     out: dict[str, str] = {}
-    for line in lines:
+    for lineno, line in enumerate(lines, start=1):
         if line.strip() and not line.startswith("#"):
-            flag, scope = line.split()
-            out[flag] = scope
+            parts = line.split()
+            if len(parts) != 2:
+                raise InputError(path, f"line {lineno}", "expected '<flag> <scope>'")
+            out[parts[0]] = parts[1]
     return out
 
 
@@ -110,6 +110,8 @@ class Engine:
     kv_cache_dtype: str
     block_size: int | None
     kv_transfer: bool
+    draft: dict[str, Any] | None = None  # speculative-config of a draft model beside the target (EAGLE, ...)
+    decode_context_parallel_size: int = 1
 
     def vllm_config(self) -> dict[str, Any]:
         """srt-slurm's ``vllm_config`` keys for this engine (``key: true`` is a bare flag)."""
@@ -119,6 +121,8 @@ class Engine:
             config["data-parallel-size"] = t.dp
         if t.expert_parallel:
             config["enable-expert-parallel"] = True
+        if self.decode_context_parallel_size > 1:
+            config["decode-context-parallel-size"] = self.decode_context_parallel_size
         config.update({
             "max-model-len": self.max_model_len,
             "max-num-seqs": self.max_num_seqs,
@@ -132,6 +136,8 @@ class Engine:
         if self.mtp_tokens:
             config["speculative-config"] = json.dumps({"method": "mtp", "num_speculative_tokens": self.mtp_tokens},
                                                       separators=(",", ":"))
+        elif self.draft is not None:
+            config["speculative-config"] = json.dumps(self.draft, separators=(",", ":"))
         if self.kv_transfer:
             config["kv-transfer-config"] = json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))
         return config
@@ -170,7 +176,20 @@ def _engine(role: str, topology: str, mtp: int, concurrency: int, settings: dict
         # A decode step carries every running request's 1 + K tokens (the article's rule, +16).
         batched = default_max_num_batched_tokens(seqs, mtp)
     return Engine(role, topo, mtp, seqs, batched, max_model_len, float(settings["gpu_memory_utilization"]),
-                  str(settings["kv_cache_dtype"]), block_size, kv_transfer)
+                  str(settings["kv_cache_dtype"]), block_size, kv_transfer, _draft(settings),
+                  int(settings.get("decode_context_parallel_size") or 1) if role == "decode" else 1)
+
+
+def _draft(settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's ``--speculative-model`` as vLLM's speculative-config (both roles run it, as the plan sized
+    their KV caches); the method is the one pdtune.state inferred from the draft's architecture."""
+    model = settings.get("speculative_model")
+    if not model:
+        return None
+    path = Path(str(model))
+    model = str(path.parent) if path.suffix == ".json" else str(model)  # vLLM loads a folder or a Hub id
+    return {"method": settings.get("speculative_method") or "draft_model", "model": model,
+            "num_speculative_tokens": int(settings.get("num_speculative_tokens") or 1)}
 
 
 # ------------------------------------------------------------------------------------------ recipes
@@ -407,19 +426,26 @@ def write_recipes(plan: dict[str, Any], rows: Sequence[int], out: str | os.PathL
 
 
 def _write_all(target: Path, files: dict[str, str]) -> list[Path]:
+    real = output_folder(target)
+    if real.parent.is_dir():
+        remove_stale(real.parent, f".{real.name}.new-")
     staging = staging_dir(target)
     try:
         for name, text in files.items():
             (staging / name).write_text(text, encoding="utf-8")
             if name.endswith(".sh"):
                 (staging / name).chmod(0o755)
-        target.mkdir(exist_ok=True)
+        for name in files:  # a folder or a FIFO where a recipe goes is refused before anything moves
+            existing = real / name
+            if existing.exists() and not existing.is_file():
+                raise InputError(existing, "--out", "is in the way: not a regular file")
+        real.mkdir(exist_ok=True)
         written = []
         for name in files:
-            os.replace(staging / name, target / name)
+            os.replace(staging / name, real / name)
             written.append(target / name)
     except OSError as exc:
         raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        release(staging)
     return written

@@ -2,19 +2,30 @@
 
 Every chapter's ``parameters`` cell assigns a subset of these fields under the same names, and the
 workbook's parameters file (``data/params/*.yaml``) is a :class:`Scenario` written out. Validating here,
-once, means a typo in a parameters file fails before any notebook runs.
+once, means a typo in a parameters file fails before any notebook runs: :meth:`Scenario.check` checks the
+values alone, :meth:`Scenario.check_against_model` checks them against the model (every topology's TP
+divides the heads, ``+EP`` has experts to split, MTP has a draft layer).
+
+A file may leave most parameters out. :func:`fill_defaults` says where each value it did not give comes
+from (:class:`DefaultUsed`): carried over from the article's setup (its GB300 start-up memory, its
+utilization, its 3 MTP tokens ...), derived for the file's model and GPU where a rule exists (the GPU's
+memory from ``data/gpus/gpus.csv``, no MTP for a model without a draft layer, the article's layouts that
+fit the model, no article results for another model), or pdtune's own default (the vLLM line). The
+chapters and the summary list them, so nothing is inherited silently.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pdtune.errors import InputError
+from pdtune import limits, versions
+from pdtune.errors import InputError, brief
 from pdtune.paths import REPO_ROOT
 
 MODELED_CLUSTER = "data/clusters/gb300-qwen3.8-modeled"
@@ -23,9 +34,14 @@ MODELED_CLUSTER = "data/clusters/gb300-qwen3.8-modeled"
 RESULT_KINDS: tuple[str, ...] = ("prefill", "decode", "disagg")
 
 
+#: The article's parameter set: the book's chapters default to it (its vLLM is the article's 0.26.1).
+ARTICLE_PARAMETERS = "data/params/article.yaml"
+
+
 @dataclass(frozen=True)
 class Scenario:
-    """Defaults are the article's: Qwen3.8-2.4T on GB300, ISL/OSL 8192/1024, vLLM 0.26.1."""
+    """Defaults are the article's setup (Qwen3.8-2.4T on GB300, ISL/OSL 8192/1024, its start-up memory),
+    except the vLLM line, which is pdtune's :data:`pdtune.versions.DEFAULT_VLLM`; :data:`ORIGINS` says which."""
 
     model: str = "qwen3.8-2.4t"
     gpu: str = "gb300"
@@ -34,7 +50,7 @@ class Scenario:
     isl: int = 8192
     osl: int = 1024
     kv_cache_dtype: str = "fp8"
-    vllm: str = "0.26.1"  # the vLLM that serves; chapter 1 also shows the article's 0.11 arithmetic
+    vllm: str = versions.DEFAULT_VLLM  # the vLLM that serves; the article ran 0.26.1 and computed with 0.11
     num_speculative_tokens: int = 3  # MTP draft tokens when a topology runs with MTP
     mtp_acceptance: float = 0.25  # mean fraction of draft tokens accepted (modeled data only; pdtune.perfmodel.DEFAULT_ACCEPTANCE)
     prefill_topologies: tuple[str, ...] = (
@@ -54,10 +70,13 @@ class Scenario:
     accuracy_threshold: float = 0.95
     min_tps_per_user: float = 50.0  # the SLA chapter 7 picks a configuration for
     title: str = field(default="", compare=False)  # free text shown in the workbook's summary
+    # Written by the workbook, never by hand: one line per parameter the file left out (DefaultUsed.line).
+    defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        """The parameters a file may write (every field but those the workbook computes)."""
+        return tuple(f.name for f in fields(cls) if f.name not in COMPUTED_FIELDS)
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any], *, source: str = "parameters") -> Scenario:
@@ -67,13 +86,15 @@ class Scenario:
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
             if key not in known:
-                raise InputError(source, key, f"unknown parameter; known: {', '.join(known)}")
+                writable = ", ".join(k for k in known if k not in COMPUTED_FIELDS)
+                raise InputError(source, key, f"unknown parameter; known: {writable}")
             kwargs[key] = _coerce(value, hints[key], source, key)
         scenario = cls(**kwargs)
         scenario.check(source)
         return scenario
 
     def check(self, source: str = "parameters") -> None:
+        _check_bounds(self, source)
         for name in ("gpu_memory_gib", "isl", "osl"):
             if getattr(self, name) <= 0:
                 raise InputError(source, name, f"must be positive, got {getattr(self, name)}")
@@ -87,6 +108,40 @@ class Scenario:
             raise InputError(source, "num_speculative_tokens", "must not be negative")
         if any(n <= 0 for n in self.max_num_seqs):
             raise InputError(source, "max_num_seqs", "every entry must be positive")
+        versions.parse(self.vllm, source)
+
+    def check_against_model(self, source: str = "parameters") -> None:
+        """What only the model can tell: every topology runs it, and MTP has a draft layer to run.
+
+        vLLM refuses a TP size that does not divide the attention heads (``verify_with_parallel_config``),
+        expert parallelism on a model without experts, and a TP size that splits a GDN or Mamba head group;
+        :func:`layout_problem` applies the same rules, so a bad layout fails here, before any chapter runs.
+        """
+        from pdtune.model import load_model
+
+        try:
+            spec = load_model(self.model)
+        except InputError as exc:
+            raise InputError(source, "model", f"{self.model}: {exc.field}: {exc.message}") from None
+        if self.num_speculative_tokens and spec.num_mtp_layers == 0:
+            raise InputError(source, "num_speculative_tokens",
+                             f"{spec.name} has no MTP layer to draft with; set num_speculative_tokens: 0")
+        for name in ("prefill_topologies", "decode_topologies"):
+            values = getattr(self, name)
+            if not values:
+                raise InputError(source, name, "the list is empty")
+            for text in values:
+                problem = layout_problem(spec, text, max_model_len=self.isl + self.osl,
+                                         kv_cache_dtype=self.kv_cache_dtype, vllm=self.vllm, source=source)
+                if problem:
+                    raise InputError(source, name, f"{text.strip()}: {problem}")
+
+    def is_article_data(self, kind: str, *, base: Path | None = None) -> bool:
+        """True when the ``kind`` results are the article's own (modeled) sweeps, the data the book discusses.
+
+        The chapters compare a sweep with the article's findings and headline numbers only then.
+        """
+        return is_article_data(getattr(self, f"{kind}_results"), kind, base=base)
 
     def resolve(self, path: str, *, base: Path | None = None) -> Path:
         """A path as written in a parameters file: absolute, relative to ``base``, or to the repository."""
@@ -104,6 +159,226 @@ class Scenario:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
+#: Ceilings of the numeric parameters (:mod:`pdtune.limits`); every float must also be finite, since a NaN
+#: passes every comparison the checks below make.
+_BOUNDS: dict[str, float] = {
+    "gpu_memory_gib": limits.MAX_BYTES / 2**30, "isl": limits.MAX_MODEL_LEN, "osl": limits.MAX_MODEL_LEN,
+    "num_speculative_tokens": limits.MAX_SPECULATIVE_TOKENS, "non_torch_gib": limits.MAX_BYTES / 2**30,
+    "activation_peak_gib": limits.MAX_BYTES / 2**30, "cudagraph_estimate_gib": limits.MAX_BYTES / 2**30,
+    "max_num_seqs": limits.MAX_NUM_SEQS, "min_tps_per_user": limits.MAX_MEASURE,
+}
+#: Entries of one list parameter.
+MAX_LIST = 4096
+
+
+def _check_bounds(scenario: Scenario, source: str) -> None:
+    for f in fields(scenario):
+        value = getattr(scenario, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if isinstance(value, tuple) and len(value) > MAX_LIST:
+            raise InputError(source, f.name, f"{len(value):,} entries are more than the {MAX_LIST:,} pdtune accepts")
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InputError(source, f.name, f"must be a finite number, got {v}")
+            if f.name in _BOUNDS and isinstance(v, (int, float)) and v > _BOUNDS[f.name]:
+                shown = f"{v:,}" if isinstance(v, int) and v < 10**30 else f"{v:g}"
+                raise InputError(source, f.name, f"{shown} is more than the {_BOUNDS[f.name]:,.0f} pdtune accepts")
+
+
+#: Fields the workbook computes; a parameters file may not set them.
+COMPUTED_FIELDS: tuple[str, ...] = ("defaults_used",)
+
+
+def article_scenario() -> Scenario:
+    """The article's parameter set (:data:`ARTICLE_PARAMETERS`), which the book's chapters default to."""
+    from pdtune.guarded import bundled, read_yaml
+
+    path = REPO_ROOT / ARTICLE_PARAMETERS
+    with bundled():
+        raw = read_yaml(path)
+        if not isinstance(raw, dict):
+            raise InputError(path, "-", "expected 'key: value' lines at the top")
+        return Scenario.from_mapping(raw, source=str(path))
+
+
+def is_article_data(paths: tuple[str, ...] | list[str], kind: str, *, base: Path | None = None) -> bool:
+    """True when ``paths`` name exactly the article's modeled ``kind`` results (relative or absolute)."""
+    article = getattr(Scenario(), f"{kind}_results")
+    here = Scenario()
+    mine = {here.resolve(p, base=base).resolve() for p in paths}
+    return bool(paths) and mine == {here.resolve(p).resolve() for p in article}
+
+
+def layout_problem(spec: Any, topology: str, *, max_model_len: int, kv_cache_dtype: str, vllm: str,
+                   source: str = "topology") -> str:
+    """Why ``topology`` cannot serve ``spec`` (vLLM 0.33's checks), or "" when it can.
+
+    * the name must parse (:func:`pdtune.topology.parse_topology`);
+    * TP must divide the attention heads, and split KV heads, GDN and Mamba head groups evenly or replicate
+      them (:func:`pdtune.state.plan_state` applies vLLM's rules per layer kind);
+    * ``+EP`` needs experts (``ModelConfig._verify_with_expert_parallelism``), and no more EP ranks than
+      experts (``determine_expert_map`` gives a rank the remainder, never nothing);
+    * pipeline stages need at least one layer each.
+    """
+    from pdtune.state import plan_state
+    from pdtune.topology import parse_topology
+
+    try:
+        layout = parse_topology(topology, source)
+    except InputError as exc:
+        return exc.message
+    if layout.expert_parallel and spec.moe is None:
+        return f"+EP needs experts, and {spec.name} has none (a dense model: drop +EP)"
+    if spec.moe is not None and layout.ep > spec.moe.num_experts:
+        return f"{layout.ep} expert-parallel ranks for {spec.moe.num_experts} experts"
+    if layout.pp > spec.num_layers:
+        return f"{layout.pp} pipeline stages for {spec.num_layers} layers"
+    try:
+        plan_state(spec, tp=layout.tp, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+    except InputError as exc:
+        return f"TP{layout.tp} cannot run {spec.name}: {exc.message}"
+    return ""
+
+
+@dataclass(frozen=True)
+class DefaultUsed:
+    """A parameter the file left out: the value the chapters use, and where it comes from.
+
+    ``origin`` is ``article`` (carried over from the article's setup), ``derived`` (computed for this model
+    or GPU by a rule) or ``pdtune`` (pdtune's own choice).
+    """
+
+    name: str
+    value: Any
+    origin: str
+    why: str
+
+    def line(self) -> str:
+        """``name = value: why``, the form :attr:`Scenario.defaults_used` keeps and the chapters print."""
+        return f"{self.name} = {_shown(self.value)}: {self.why}"
+
+
+def default_name(line: str) -> str:
+    """The parameter a :meth:`DefaultUsed.line` is about."""
+    return line.split(" = ", 1)[0].strip()
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(str(v) for v in value) + "]" if value else "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+_RUN7 = "the article's GB300 start-up measurement (table 3, run 7: TP4DP4, no MTP), carried over; measure yours"
+
+#: Where a parameter's default comes from when a file leaves it out: (origin, why). Fields not listed
+#: (``title``, ``gpus``, ``vllm_logs``, ``defaults_used``) default to nothing, so nothing is inherited.
+ORIGINS: dict[str, tuple[str, str]] = {
+    "model": ("article", "the article's model, carried over"),
+    "gpu": ("article", "the article's GPU, carried over"),
+    "gpu_memory_gib": ("article", "what torch reports for the article's GB300, carried over"),
+    "gpu_memory_utilization": ("article", "the article's --gpu-memory-utilization, carried over"),
+    "isl": ("article", "the article's workload, carried over"),
+    "osl": ("article", "the article's workload, carried over"),
+    "kv_cache_dtype": ("article", "the article's KV cache dtype, carried over"),
+    "vllm": ("pdtune", "pdtune's default, the newest vLLM line it follows (the article ran 0.26.1)"),
+    "num_speculative_tokens": ("article", "the article's MTP draft tokens, carried over"),
+    "mtp_acceptance": ("pdtune", "pdtune's assumption for modeled data (the article publishes no rate)"),
+    "prefill_topologies": ("article", "the article's prefill layouts, carried over"),
+    "decode_topologies": ("article", "the article's decode layouts, carried over"),
+    "non_torch_gib": ("article", f"{_RUN7} with `pdtune log`"),
+    "activation_peak_gib": ("article", f"{_RUN7} with `pdtune log`"),
+    "cudagraph_estimate_gib": ("article", f"{_RUN7} with `pdtune log`"),
+    "max_num_seqs": ("article", "the --max-num-seqs of the article's table 1, carried over"),
+    "prefill_results": ("article", "the article's sweeps as pdtune models them (modeled, not measured)"),
+    "decode_results": ("article", "the article's sweeps as pdtune models them (modeled, not measured)"),
+    "disagg_results": ("article", "the article's sweeps as pdtune models them (modeled, not measured)"),
+    "accuracy_threshold": ("article", "the article's GSM8K gate, carried over"),
+    "min_tps_per_user": ("pdtune", "pdtune's example service-level target"),
+}
+
+
+def fill_defaults(scenario: Scenario, given: set[str] | frozenset[str], source: str = "parameters") -> Scenario:
+    """``scenario`` with the values a file left out derived where a rule exists, and :attr:`defaults_used`
+    listing every left-out parameter with where its value comes from.
+
+    ``given`` names the keys the file wrote. Rules, for a model or GPU that is not the article's:
+
+    * ``gpu_memory_gib`` follows ``gpu`` (``data/gpus/gpus.csv``), whoever fills it in;
+    * ``num_speculative_tokens`` is 0 for a model without an MTP layer;
+    * the topology lists keep the article's layouts that can run the model (:func:`layout_problem`), naming
+      the ones dropped; none left is an error;
+    * the results lists are empty: the article's modeled sweeps are of its own model on GB300.
+    """
+    from pdtune.model import load_model
+
+    article = Scenario()
+    spec = load_model(scenario.model)
+    other_model = spec.name != load_model(article.model).name
+    other_gpu = scenario.gpu != article.gpu
+    changes: dict[str, Any] = {}
+    used: list[DefaultUsed] = []
+    for name, (origin, why) in ORIGINS.items():
+        if name in given:
+            continue
+        value = getattr(scenario, name)
+        if name == "gpu_memory_gib" and other_gpu:
+            from pdtune.gpus import load_gpu
+            from pdtune.units import GiB
+
+            value = round(load_gpu(scenario.gpu).memory_total / GiB, 2)
+            origin, why = "derived", f"what torch reports for one {scenario.gpu} (data/gpus/gpus.csv)"
+        elif name == "num_speculative_tokens" and spec.num_mtp_layers == 0:
+            value, origin, why = 0, "derived", f"{spec.name} has no MTP layer, so no MTP"
+        elif name == "mtp_acceptance" and (changes.get("num_speculative_tokens", value) == 0
+                                            or not scenario.num_speculative_tokens):
+            continue  # without MTP nothing reads it
+        elif name.endswith("_topologies") and other_model:
+            value, why = _fitting_layouts(scenario, spec, name, source)
+            origin = "derived"
+        elif name.endswith("_results") and (other_model or other_gpu):
+            value, origin = (), "derived"
+            why = (f"the article's modeled sweeps are of its Qwen3.8-2.4T on GB300, not of {spec.name} on "
+                   f"{scenario.gpu}, so none is carried over")
+        if value != getattr(scenario, name):
+            changes[name] = value
+        used.append(DefaultUsed(name, value, origin, why))
+    filled = dataclasses.replace(scenario, **changes)
+    return dataclasses.replace(filled, defaults_used=tuple(u.line() for u in used))
+
+
+def _fitting_layouts(scenario: Scenario, spec: Any, name: str, source: str) -> tuple[tuple[str, ...], str]:
+    """The article's layouts of ``name`` that can run ``spec``, and a sentence naming the ones dropped.
+
+    A model without experts takes them without ``+EP`` (``TEP8`` is then ``TP8``): the flag has nothing to
+    split, and vLLM would refuse it.
+    """
+    from dataclasses import replace as with_changes
+
+    from pdtune.topology import parse_topology
+
+    kept, dropped = [], []
+    names = list(getattr(Scenario(), name))
+    if spec.moe is None:
+        plain = [with_changes(parse_topology(n), expert_parallel=False, name="").canonical for n in names]
+        names = list(dict.fromkeys(plain))
+    for text in names:
+        problem = layout_problem(spec, text, max_model_len=scenario.isl + scenario.osl,
+                                 kv_cache_dtype=scenario.kv_cache_dtype, vllm=scenario.vllm, source=source)
+        (dropped if problem else kept).append(text)
+    if not kept:
+        raise InputError(source, name, f"not given, and none of the article's layouts can run {spec.name}: "
+                                       "list your own")
+    why = f"the article's layouts that can run {spec.name}"
+    if spec.moe is None:
+        why += ", without +EP (it has no experts)"
+    if dropped:
+        why += f" (left out: {', '.join(dropped)})"
+    return tuple(kept), why
+
+
 def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:
     origin = typing.get_origin(hint)
     if origin is tuple:
@@ -115,18 +390,18 @@ def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:
         return tuple(_coerce(v, inner, source, key) for v in value)
     if hint is bool or (isinstance(hint, types.UnionType) and bool in typing.get_args(hint)):
         if not isinstance(value, bool):
-            raise InputError(source, key, f"must be true or false, got {value!r}")
+            raise InputError(source, key, f"must be true or false, got {brief(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(source, key, f"must be a whole number, got {value!r}")
+            raise InputError(source, key, f"must be a whole number, got {brief(value)}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(source, key, f"must be a number, got {value!r}")
+            raise InputError(source, key, f"must be a number, got {brief(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise InputError(source, key, f"must be a string, got {value!r}")
+            raise InputError(source, key, f"must be a string, got {brief(value)}")
         return value
     raise InputError(source, key, f"unsupported parameter type {hint}")

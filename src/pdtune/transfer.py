@@ -15,9 +15,11 @@ decode TP rank reading its share from the prefill rank(s) that hold it. Ranks mo
 own link, so the time is set by the busiest GPU: ``max(bytes one decode GPU receives, bytes one prefill GPU
 sends) / (bandwidth * link efficiency) + latency``.
 
-The link (``data/gpus/links.csv``): NVLink when both pools are the same GPU kind and the whole deployment fits
-one NVLink domain (an NVL72 rack, or one 8-GPU HGX board); otherwise the scale-out network, at the slower of
-the two ends' NICs (between HGX nodes, between racks, between GPU kinds).
+The link: NVLink when both pools are the same GPU kind and the whole deployment fits one NVLink domain (an
+NVL72 rack, or one 8-GPU HGX board); otherwise the scale-out network, at the slower of the two ends' NICs
+(between HGX nodes, between racks, between GPU kinds). Bandwidths and the NVLink domain are the GPU table's
+(``data/gpus/gpus.csv``: ``nvlink_gb_s``, ``nvlink_domain_gpus``, ``network_gb_s``); ``data/gpus/links.csv``
+adds what that table lacks, each link's name, fixed latency and source.
 
 A hybrid model's attention block is grown to cover the recurrent state, and the state shrinks with TP while
 replicated KV heads do not, so prefill and decode of different TP can pick different block sizes; NIXL needs
@@ -32,11 +34,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from pdtune.errors import InputError
-from pdtune.gpus import GpuSpec
+from pdtune.gpus import GpuSpec, gpus_file, load_gpu
+from pdtune.guarded import bundled
 from pdtune.io import read_csv_table
 from pdtune.model import ModelSpec
 from pdtune.paths import data_dir
@@ -46,7 +49,9 @@ from pdtune.units import MiB
 
 NVLINK = "nvlink"
 SCALE_OUT = "scale_out"
-_COLUMNS = ("gpu", "scope", "name", "bandwidth_gb_s", "latency_us", "domain_gpus")
+#: links.csv holds what gpus.csv lacks: the link's name, its fixed latency and where the link is published.
+#: Bandwidths (``nvlink_gb_s``, ``network_gb_s``) and the NVLink domain come from gpus.csv, their one source.
+_COLUMNS = ("gpu", "scope", "name", "latency_us", "source")
 
 
 def links_file() -> Path:
@@ -63,6 +68,7 @@ class Link:
     bandwidth: float  # bytes/s
     latency_s: float
     domain_gpus: int | None = None  # GPUs one NVLink domain holds (NVLink rows only)
+    source: str = ""  # where the link of this GPU kind is published
 
     def seconds(self, n_bytes: float, efficiency: float = 1.0) -> float:
         """Time to move ``n_bytes`` over this link at ``efficiency`` of its bandwidth."""
@@ -71,12 +77,16 @@ class Link:
     def to_dict(self) -> dict[str, object]:
         return {"gpu": self.gpu, "scope": self.scope, "name": self.name,
                 "bandwidth_gb_s": self.bandwidth / 1e9, "latency_us": self.latency_s * 1e6,
-                "domain_gpus": self.domain_gpus}
+                "domain_gpus": self.domain_gpus, "source": self.source}
 
 
 @cache
 def _links(path: str) -> dict[tuple[str, str], Link]:
-    source = Path(path)
+    with bundled():
+        return _read_links(Path(path))
+
+
+def _read_links(source: Path) -> dict[tuple[str, str], Link]:
     rows = read_csv_table(source, _COLUMNS)
     out: dict[tuple[str, str], Link] = {}
     for i, row in enumerate(rows, start=2):
@@ -84,20 +94,21 @@ def _links(path: str) -> dict[tuple[str, str], Link]:
         scope = row["scope"].strip()
         if scope not in (NVLINK, SCALE_OUT):
             raise InputError(where, "scope", f"expected {NVLINK} or {SCALE_OUT}, got {scope!r}")
-        values = {}
-        for key in ("bandwidth_gb_s", "latency_us"):
-            try:
-                values[key] = float(row[key])
-            except (TypeError, ValueError):
-                raise InputError(where, key, f"expected a number, got {row[key]!r}") from None
-            if not math.isfinite(values[key]) or values[key] < 0 or (key == "bandwidth_gb_s" and values[key] == 0):
-                raise InputError(where, key, f"must be a positive number, got {row[key]}")
-        domain = (row.get("domain_gpus") or "").strip()
-        if scope == NVLINK and not domain.isdigit():
-            raise InputError(where, "domain_gpus", "an NVLink row needs the GPUs of its domain")
-        gpu = row["gpu"].strip().lower()
-        out[(gpu, scope)] = Link(gpu, scope, row["name"].strip(), values["bandwidth_gb_s"] * 1e9,
-                                 values["latency_us"] * 1e-6, int(domain) if domain.isdigit() else None)
+        try:
+            latency = float(row["latency_us"])
+        except (TypeError, ValueError):
+            raise InputError(where, "latency_us", f"expected a number, got {row['latency_us']!r}") from None
+        if not math.isfinite(latency) or latency < 0:
+            raise InputError(where, "latency_us", f"must be a number >= 0, got {row['latency_us']}")
+        name = (row.get("gpu") or "").strip().lower()
+        try:
+            gpu = load_gpu(name)
+        except InputError:
+            raise InputError(where, "gpu", f"{name!r} is not a GPU of {gpus_file()}") from None
+        nvlink = scope == NVLINK
+        out[(name, scope)] = Link(name, scope, row["name"].strip(),
+                                  gpu.nvlink_bandwidth if nvlink else gpu.network_bandwidth, latency * 1e-6,
+                                  gpu.nvlink_domain if nvlink else None, (row.get("source") or "").strip())
     return out
 
 
@@ -173,13 +184,40 @@ class BlockSizes:
         return None if self.match else max(self.prefill, self.decode)
 
 
+@dataclass(frozen=True)
+class EngineExtras:
+    """What both engines of a deployment run beyond the model: speculative decoding and, on the decode side,
+    decode context parallelism. Both sides carry the same draft (its layers register KV caches NIXL moves);
+    DCP shards the decode ranks' full-attention tokens only."""
+
+    num_speculative_tokens: int = 0
+    speculative_model: ModelSpec | None = None  # an EAGLE/EAGLE3 head or a draft model; None = MTP or none
+    decode_context_parallel_size: int = 1
+
+    def state_args(self, *, decode: bool) -> dict[str, object]:
+        """The :func:`pdtune.state.plan_state` arguments for one side."""
+        return {"num_speculative_tokens": self.num_speculative_tokens, "speculative_model": self.speculative_model,
+                "decode_context_parallel_size": self.decode_context_parallel_size if decode else 1}
+
+
+NO_EXTRAS = EngineExtras()
+
+
 def block_sizes(spec: ModelSpec, prefill_tp: int, decode_tp: int, *, max_model_len: int,
-                kv_cache_dtype: str, vllm: str) -> BlockSizes:
-    """Each side's own block size (``pdtune.state``'s hybrid alignment for its TP)."""
-    def own(tp: int) -> int:
-        return plan_state(spec, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
-                          vllm=vllm).block_tokens
-    return BlockSizes(own(prefill_tp), own(decode_tp))
+                kv_cache_dtype: str, vllm: str, extras: EngineExtras = NO_EXTRAS) -> BlockSizes:
+    """Each side's own block size (``pdtune.state``'s hybrid alignment for its TP; speculative tokens grow the
+    recurrent state and so the block)."""
+    def own(tp: int, decode: bool) -> int:
+        return _side_state(spec, max_model_len, tp, kv_cache_dtype, vllm, extras, decode, None).block_tokens
+    return BlockSizes(own(prefill_tp, False), own(decode_tp, True))
+
+
+@lru_cache(maxsize=4096)
+def _side_state(spec: ModelSpec, max_model_len: int, tp: int, kv_cache_dtype: str, vllm: str, extras: EngineExtras,
+                decode: bool, block_size: int | None) -> StatePlan:
+    """One side's state plan; a plan asks for the same few (TP, side) pairs for hundreds of layout pairs."""
+    return plan_state(spec, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype, vllm=vllm,
+                      block_size=block_size, **extras.state_args(decode=decode))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -250,20 +288,23 @@ def request_transfer(
     vllm: str,
     num_speculative_tokens: int = 0,
     efficiency: float = 1.0,
+    speculative_model: ModelSpec | None = None,
+    decode_context_parallel_size: int = 1,
 ) -> Transfer:
     """One request's transfer from ``prefill`` to ``decode`` engines over ``link``.
 
     Block sizes are decided at the request length both engines are sized for (``isl + osl``); the bytes
-    moved are those of the ``isl`` prompt tokens. With MTP both engines carry the draft layer's KV (vLLM keeps
-    it in the attention group), and it moves too.
+    moved are those of the ``isl`` prompt tokens. With MTP, or an EAGLE head / draft model
+    (``speculative_model``), both engines carry the draft layers' KV (vLLM keeps them in the attention group),
+    and it moves too. With decode context parallelism each decode rank receives its share of the
+    full-attention tokens (``cdiv(tokens, dcp)``).
     """
+    sp = EngineExtras(num_speculative_tokens, speculative_model, decode_context_parallel_size)
     blocks = block_sizes(spec, prefill.tp, decode.tp, max_model_len=isl + osl, kv_cache_dtype=kv_cache_dtype,
-                         vllm=vllm)
+                         vllm=vllm, extras=sp)
 
-    def per_rank(tp: int) -> int:
-        plan = plan_state(spec, max_model_len=isl, tp=tp, kv_cache_dtype=kv_cache_dtype, vllm=vllm,
-                          num_speculative_tokens=num_speculative_tokens, block_size=blocks.to_set)
-        return transfer_bytes(plan)
+    def per_rank(tp: int, decode_side: bool) -> int:
+        return transfer_bytes(_side_state(spec, isl, tp, kv_cache_dtype, vllm, sp, decode_side, blocks.to_set))
 
-    return Transfer(isl, prefill.tp, decode.tp, blocks, per_rank(prefill.tp), per_rank(decode.tp), link,
-                    efficiency)
+    return Transfer(isl, prefill.tp, decode.tp, blocks, per_rank(prefill.tp, False), per_rank(decode.tp, True),
+                    link, efficiency)

@@ -22,13 +22,16 @@ from pdtune.units import GiB, MiB
 def table3_per_gpu(t3: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`pdtune.article.table3_recomputed` with what one GPU holds: an engine is ``tp`` GPUs.
 
-    Adds ``gpus_per_engine``, ``requests_vllm_per_gpu`` and ``vllm_vs_article`` (vLLM's max concurrency
-    over the article's requests per engine).
+    The article's column divides one GPU's KV cache by one whole request: it counts requests *per GPU*,
+    though the article calls it per engine. vLLM's maximum concurrency is per engine (a TP group of
+    ``gpus_per_engine`` GPUs), so per GPU it is ``requests_vllm_per_gpu``. ``vllm_vs_article`` compares
+    like with like: vLLM per GPU over the article's per GPU (1.0 when the state shards perfectly and the
+    request is the article's; less with MTP's extra states or with replicated KV heads).
     """
     frame = (t3 if t3 is not None else article.table3_recomputed()).copy()
     frame["gpus_per_engine"] = [article.TOPOLOGIES[t].tp for t in frame["topology"]]
     frame["requests_vllm_per_gpu"] = frame["requests_vllm"] / frame["gpus_per_engine"]
-    frame["vllm_vs_article"] = frame["requests_vllm"] / frame["requests_article"]
+    frame["vllm_vs_article"] = frame["requests_vllm_per_gpu"] / frame["requests_article"]
     return frame
 
 
@@ -42,18 +45,19 @@ def layout_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def requests_comparison(t3: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 3's requests per engine, long format for a chart: the article's column and vLLM's, per run."""
-    frame = t3 if t3 is not None else article.table3_recomputed()
+    """Table 3's requests per GPU, long format for a chart: the article's column (one GPU's KV cache over a
+    whole request) and vLLM's maximum concurrency of one engine over the engine's GPUs, per run."""
+    frame = table3_per_gpu(t3)
     rows = []
     for r in frame.itertuples():
         label = f"run {r.run} · {r.topology}{' + MTP' if r.mtp else ''}"
         rows.append({"run": r.run, "run_label": label, "topology": r.topology, "mtp": r.mtp,
-                     "measure": "article: KV cache ÷ 759 MiB", "requests": r.published_requests_per_engine,
+                     "measure": "article: one GPU's KV cache ÷ 759 MiB", "requests": r.published_requests_per_engine,
                      "mib_per_request": article.constants()["per_request_state"],
                      "provenance": f"article table 3, run {r.run}"})
         rows.append({"run": r.run, "run_label": label, "topology": r.topology, "mtp": r.mtp,
-                     "measure": f"vLLM {article.ARTICLE_VLLM}: one TP rank", "requests": r.requests_vllm,
-                     "mib_per_request": r.mib_per_request_rank,
+                     "measure": f"vLLM {article.ARTICLE_VLLM}: one engine's requests ÷ its GPUs",
+                     "requests": r.requests_vllm_per_gpu, "mib_per_request": r.mib_per_request_rank,
                      "provenance": f"pdtune.state, vLLM {article.ARTICLE_VLLM}, KV cache of table 3 run {r.run}"})
     return pd.DataFrame(rows)
 
@@ -123,20 +127,85 @@ def capacity_numbers(plan: StatePlan, kv_cache_bytes: int) -> dict[str, Any]:
     }
 
 
-def log_checks(paths: Iterable[str], model: str) -> pd.DataFrame:
+#: The real start-up log chapter 4 checks (``data/logs/README.md``: LMCache issue 1739, Qwen3-14B on one
+#: GPU, printed by vLLM 0.10.2, which sizes a one-group cache as 0.11 does).
+BUNDLED_LOG = ("lmcache-1739-qwen3-14b.log", "qwen3-14b", "0.11")
+
+
+def log_checks(paths: Iterable[str], model: str, *, vllm: str | None = None) -> pd.DataFrame:
     """Each engine of each vLLM start-up log: logged KV cache tokens and concurrency beside pdtune's.
 
-    Empty (with the columns) when no log is given, so a chapter can show it unconditionally.
+    ``vllm`` is the line to follow when a log does not name its version. Empty (with the columns) when no
+    log is given; :func:`bundled_log_check` is the real log the chapter always shows.
     """
     from pdtune.scenario import Scenario
     from pdtune.vllm_log import cross_check, parse_log
 
-    columns = ["log", "engine", "available_kv_cache_gib", "num_blocks", "logged_kv_cache_tokens",
+    columns = ["log", "engine", "available_kv_cache_gib", "logged_kv_cache_tokens",
                "predicted_kv_cache_tokens", "logged_max_concurrency", "predicted_max_concurrency"]
     rows = []
     for path in paths:
         resolved = Scenario().resolve(path)
-        for check in cross_check(parse_log(resolved), model):
+        for check in cross_check(parse_log(resolved), model, vllm=vllm):
             d = check.to_dict()
             rows.append({"log": resolved.name, **{c: d.get(c) for c in columns[1:]}})
     return pd.DataFrame(rows, columns=columns)
+
+
+def bundled_log_check() -> pd.DataFrame:
+    """:func:`log_checks` of the real log in ``data/logs/`` (:data:`BUNDLED_LOG`), with its model."""
+    from pdtune.paths import logs_dir
+
+    name, model, vllm = BUNDLED_LOG
+    frame = log_checks([str(logs_dir() / name)], model, vllm=vllm)
+    return frame.assign(log=f"{name} ({model})")
+
+
+def layout_sentence(capacity: pd.DataFrame, model: str) -> str:
+    """Which of the parameters' decode layouts holds the most KV cache and the most requests per GPU."""
+    leaders = capacity_leaders(capacity)
+    if leaders["most-requests-topology"] == "none":
+        return f"None of these decode layouts fits {model} on this GPU: its weights leave no KV cache."
+    kv, req = leaders["most-kv-topology"], leaders["most-requests-topology"]
+    mtp = " with MTP" if leaders["most-requests-mtp"] else ""
+    text = (f"For {model}, the layout with the most KV cache per GPU is {kv} ({leaders['most-kv']:,.2f} GiB), "
+            f"and the one with the most requests per GPU is {req}{mtp} ({leaders['most-requests']:,.1f} per "
+            f"GPU, {leaders['most-requests-gpus']:,} GPUs for one deployment)")
+    if kv != req:
+        text += (": more KV cache per GPU does not mean more requests when the larger TP group replicates "
+                 "heads, or when a request's state on one rank is larger")
+    return text + "."
+
+
+def prefix_sentence(numbers: dict[str, dict[str, Any]]) -> str:
+    """What prefix caching costs run 7's TP4 rank, once per vLLM line (``off``, ``serving``, ``current``)."""
+    off, serving, current = numbers["off"], numbers["serving"], numbers["current"]
+    text = (f"Prefix caching on a hybrid model is not free: on run 7's TP4 rank it cuts vLLM's concurrency from "
+            f"{off['max-concurrency']:,.1f} to {serving['max-concurrency']:,.1f} requests in vLLM "
+            f"{serving['vllm']}")
+    if current["vllm"] != serving["vllm"]:
+        text += f", and to {current['max-concurrency']:,.1f} in {current['vllm']}"
+    return text + "."
+
+
+def log_numbers(checks: pd.DataFrame) -> dict[str, Any]:
+    """The first engine of a :func:`log_checks` frame: ``kv-gib``, ``logged-tokens``, ``predicted-tokens``,
+    ``logged-concurrency``, ``predicted-concurrency`` (what the chapter's sentence quotes)."""
+    if len(checks) == 0:
+        raise InputError("vllm_logs", "-", "no engine in the log reported a KV cache size")
+    r = checks.iloc[0]
+    return {"kv-gib": float(r["available_kv_cache_gib"]), "logged-tokens": int(r["logged_kv_cache_tokens"]),
+            "predicted-tokens": int(r["predicted_kv_cache_tokens"]),
+            "logged-concurrency": float(r["logged_max_concurrency"]),
+            "predicted-concurrency": float(r["predicted_max_concurrency"])}
+
+
+def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pdtune.capacity.topology_capacity` for the page: the columns the prose and the chart name, the
+    note only when some layout has one."""
+    columns = ["topology", "mtp", "gpus", "weights_gib", "kv_cache_gib", "mib_per_request_rank",
+               "requests_per_engine", "requests_per_gpu", "note"]
+    out = capacity[columns]
+    if not out["note"].fillna("").astype(str).str.strip().any():
+        out = out.drop(columns="note")
+    return out

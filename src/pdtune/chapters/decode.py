@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -54,7 +55,7 @@ def high_end_sentence(table: pd.DataFrame) -> str:
         return "There is no decode sweep to explain."
     win = table.iloc[0]
     c = int(win["concurrency"])
-    room = "an unknown number of" if pd.isna(win["room"]) else f"{win['room']:,.0f}"
+    room = "an unknown number of" if pd.isna(win["room"]) else _whole(win["room"])
     text = (f"At concurrency {c:,} the best is {win['deployment']} ({win['tps_per_gpu']:,.0f} tokens/s "
             f"per GPU); its KV cache holds {room} requests")
     text += ", so none of them waits." if win["holds_all"] else ", fewer than that: some requests wait."
@@ -62,7 +63,7 @@ def high_end_sentence(table: pd.DataFrame) -> str:
     for row in starved.itertuples(index=False):
         flat = ("" if pd.isna(row.flattens_at)
                 else f" and its curve is flat from concurrency {row.flattens_at:,.0f} on")
-        text += (f" {row.deployment}, best at {row.won_at}, holds only {row.room:,.0f} requests{flat}, "
+        text += (f" {row.deployment}, best at {row.won_at}, holds only {_whole(row.room)} requests{flat}, "
                  f"so it ends at {row.tps_per_gpu:,.0f}.")
     return text
 
@@ -89,8 +90,8 @@ def mtp_room_sentence(room: pd.DataFrame, layouts: Sequence[str]) -> str:
             continue
         off, on = both[~both["mtp"].astype(bool)].iloc[0], both[both["mtp"].astype(bool)].iloc[0]
         parts.append(f"{layout} needs {on['mib_per_request_rank']:,.1f} MiB per request on one rank with MTP "
-                     f"instead of {off['mib_per_request_rank']:,.1f}, so it holds {on['room']:,.0f} requests "
-                     f"instead of {off['room']:,.0f}")
+                     f"instead of {off['mib_per_request_rank']:,.1f}, so it holds {_whole(on['room'])} requests "
+                     f"instead of {_whole(off['room'])}")
     if not parts:
         return "No layout was swept both with and without MTP."
     return "; ".join(parts) + "."
@@ -152,6 +153,11 @@ def mtp_verdict(effect: pd.DataFrame) -> str:
     return "In this sweep, " + "; ".join(parts) + f": the data {verdict}."
 
 
+def _whole(requests: float) -> str:
+    """Requests a KV cache holds, as the tables print them: whole requests, rounded down."""
+    return f"{math.floor(requests + 1e-9):,}"
+
+
 def winners(best: pd.DataFrame) -> list[str]:
     """The deployments that win somewhere in a best table, in order of first win."""
     return list(dict.fromkeys(best["best"])) if len(best) else []
@@ -179,11 +185,107 @@ def roofline_sentence(frame: pd.DataFrame) -> str:
 
 
 def room_sentence(room: pd.DataFrame, deployments: Sequence[str], tokens: int) -> str:
-    """How many requests of ``tokens`` tokens each named decode deployment holds (chapter 7's workload)."""
-    mine = room[room["deployment"].isin(list(deployments))].dropna(subset=["room_at_workload"]) if len(room) \
-        else room
+    """How many requests of ``tokens`` tokens each named decode deployment (all of them when none is named)
+    holds: chapter 7's workload."""
+    named = list(deployments) or (list(room["deployment"]) if len(room) else [])
+    mine = room[room["deployment"].isin(named)].dropna(subset=["room_at_workload"]) if len(room) else room
     if len(mine) == 0:
         return "There is no decode sweep whose KV room could be computed."
-    parts = [f"{r.deployment} {r.room_at_workload:,.0f} ({r.room_at_workload / r.gpus:,.1f} per GPU)"
+    parts = [f"{r.deployment} {_whole(r.room_at_workload)} ({r.room_at_workload / r.gpus:,.1f} per GPU)"
              for r in mine.itertuples(index=False)]
     return f"At {tokens:,} tokens per request the engines hold: " + "; ".join(parts) + "."
+
+
+# --- what the chapter says, for its data or for none ---------------------------------------------------
+
+
+def data_note(sweep: Sweep, *, article_data: bool) -> str:
+    """Where the decode sweep comes from (:func:`pdtune.chapters.prefill.data_note`), and for the article's
+    data the fifth topology it sweeps."""
+    from pdtune.chapters.prefill import data_note as sweep_note
+
+    text = sweep_note(sweep, article_data=article_data, figure="figure 2")
+    if article_data:
+        text += (" The article lists four decode topologies but names a fifth, TP4DP4+EP, in its findings and "
+                 "uses it on the decode side of the disaggregated runs; the modeled data sweeps it too.")
+    return text
+
+
+def changes_sentence(runs: pd.DataFrame) -> str:
+    """How often the winner changes along the sweep, and who wins where (from the merged runs of wins)."""
+    if len(runs) == 0:
+        return ("Without a decode sweep there is no winner to follow; the next sections compute what decides it "
+                "for your layouts: the bytes a step reads, and the KV room.")
+    changes = len(runs) - 1
+    parts = []
+    for r in runs.itertuples(index=False):
+        span = (f"at {r.from_concurrency:,}" if r.from_concurrency == r.to_concurrency
+                else f"from {r.from_concurrency:,} to {r.to_concurrency:,}")
+        parts.append(f"{r.best} {span}")
+    times = {0: "never changes", 1: "changes once", 2: "changes twice"}.get(changes, f"changes {changes} times")
+    return (f"The winner {times} along the sweep ({'; '.join(parts)}), and each change has a cause the next "
+            "sections compute: at small batches a step's time is set by the bytes it reads, and at large batches "
+            "by how many requests fit in the KV cache.")
+
+
+def experts_sentence(spec: Any, half: int | None, most: int | None) -> str:
+    """Where half and nine in ten of a layer's experts are touched; a dense model has none to touch."""
+    if spec.moe is None:
+        return (f"{spec.name} has no experts: every decode step reads all of its weights, however many requests "
+                "it carries, so the bytes per token fall in proportion to the batch.")
+    return (f"Half of the experts are touched from {half:,} tokens per step on, nine in ten from {most:,}: the "
+            "bytes of routed experts per token fall steeply as the batch grows, and a step of a few dozen requests "
+            "costs little more than a step of one.")
+
+
+def experts_takeaway(spec: Any, half: int | None) -> str:
+    if spec.moe is None:
+        return (f"for {spec.name} every step reads all its weights, so batching requests (or draft tokens) is "
+                "nearly free until the step turns compute-bound or the KV cache is full.")
+    return (f"half of a layer's experts are read from {half:,} tokens per step on, so batching requests (or "
+            "draft tokens) is nearly free until the step turns compute-bound or the KV cache is full.")
+
+
+def roofline_table(sketch: pd.DataFrame, spec: Any) -> pd.DataFrame:
+    """The roofline sketch for the page: without the experts column for a model without experts."""
+    return sketch.drop(columns=["experts_touched"]) if spec.moe is None else sketch
+
+
+def room_table(sweep: Sweep, spec: Any, topologies: Sequence[str], **memory: Any) -> pd.DataFrame:
+    """The KV room of every swept decode deployment (:func:`pdtune.capacity.kv_room`), or, with no sweep,
+    of every decode layout of the parameters at the article's decode workload (ISL/OSL 1/1000) and at the
+    disaggregated one (:func:`pdtune.capacity.layout_room`): chapter 4's accounting needs no sweep."""
+    from pdtune.capacity import kv_room, layout_room
+
+    if sweep.available:
+        return kv_room(sweep, spec, **memory)
+    isl, osl = memory.pop("isl"), memory.pop("osl")
+    return layout_room(spec, topologies, sweep_isl=1, sweep_osl=1000, isl=isl, osl=osl, **memory)
+
+
+def mtp_text(spec: Any, sweep: Sweep, effect: pd.DataFrame, room: pd.DataFrame, layouts: Sequence[str],
+             num_speculative_tokens: int, *, article_data: bool) -> str:
+    """The MTP section's sentences: what MTP costs in room, and whether the sweep shows it helping."""
+    if spec.num_mtp_layers == 0 or not num_speculative_tokens:
+        why = "has no MTP layer" if spec.num_mtp_layers == 0 else "runs without MTP (num_speculative_tokens: 0)"
+        return f"{spec.name} {why}, so there is no MTP to weigh here."
+    text = mtp_room_sentence(room, layouts if sweep.available else list(room["layout"].unique()))
+    if not sweep.available:
+        return text + " Without a decode sweep, what MTP buys in throughput is for the sweep to show."
+    verdict = mtp_verdict(effect)
+    return text + (f" The article: MTP helps a lot as long as the KV cache has room. {verdict}" if article_data
+                   else f" {verdict}")
+
+
+def explanation_text(top: pd.DataFrame, *, article_data: bool) -> str:
+    """Who wins the highest concurrency and why (:func:`high_end_sentence`), and for the article's data the
+    article's own explanation beside it."""
+    if len(top) == 0:
+        return ("Without a decode sweep there is no highest concurrency to read; the room table above is where "
+                "a sweep's curves would go flat.")
+    text = high_end_sentence(top)
+    if article_data:
+        text += (' This is the article\'s explanation, "more KV cache room than TEP8", computed: an engine that '
+                 "holds every request keeps its throughput rising, and one that does not stops where its cache is "
+                 "full, however fast its steps are.")
+    return text

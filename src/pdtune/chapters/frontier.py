@@ -305,3 +305,70 @@ def inferencex_points(path: str | Path | None = None) -> RealData:
     check = check[cols].rename(columns={"deployment": "deployment_as_assumed"})
     return RealData(sweep, envelope(sweep.frame), check, frontier_matches_brute_force(sweep.frame),
                     INFERENCEX_SOURCE)
+
+
+# --- what the chapter says, for its data or for none ---------------------------------------------------
+
+
+def accuracy_note(sweep: Sweep, *, article_data: bool) -> str:
+    """Where the accuracy the gate reads comes from."""
+    if not sweep.available:
+        return "Without a disaggregated sweep there is no accuracy to gate on."
+    if article_data:
+        return ("The modeled data carries the article's reported GSM8K result on every configuration, copied "
+                "onto each file: it is the article's measurement, not something the performance model predicts.")
+    return "The accuracy is whatever the result files record; a deployment that records none is kept and listed."
+
+
+def envelope_sentence(env: pd.DataFrame) -> str:
+    if len(env) == 0:
+        return "Without a disaggregated sweep there is no envelope to draw."
+    return (f"The envelope has {len(env)} points from {env['deployment'].nunique()} configurations; "
+            "`upper_envelope` returns each with its provenance, and `envelope_at` reads the staircase at any speed.")
+
+
+def ends_table(ends: FrontierEnds, *, article_data: bool) -> pd.DataFrame:
+    """The envelope's two ends; beside the article's headline numbers only when the data is the article's."""
+    frame = ends.frame()
+    if ends.tps_per_gpu is None:
+        return frame.iloc[0:0]
+    return frame if article_data else frame.drop(columns="article")
+
+
+def ends_sentence(ends: FrontierEnds, *, article_data: bool) -> str:
+    """The frontier's two ends in words, against the article's headline only for the article's data."""
+    if ends.tps_per_gpu is None:
+        return "Without a disaggregated sweep there is no frontier to read."
+    text = (f"Its throughput end here is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
+            f"({ends.throughput_deployment}), its latency end {ends.tps_per_user:,.1f} tokens/s per user "
+            f"({ends.latency_deployment})")
+    if article_data:
+        text += (f", against the article's {ends.article_tps_per_gpu:,.0f} and {ends.article_tps_per_user:,.0f}")
+    return text + "."
+
+
+def prediction_caveat(prefill: Sweep, decode: Sweep, disagg: Sweep) -> str:
+    """What an agreement between rate matching and the disaggregated sweep can mean for this data."""
+    if not (prefill.available and decode.available and disagg.available):
+        return ("Rate matching needs both isolated sweeps; checking it needs the disaggregated sweep as well.")
+    if prefill.modeled and decode.modeled and disagg.modeled:
+        return ("All three sweeps come from the same performance model, so agreement checks rate matching's "
+                "arithmetic against the model's own balance of prefill and decode, not against a cluster. What rate "
+                "matching leaves out is visible where the two part: the KV transfer between the sides, and the "
+                "longer context a decode step reads in the disaggregated workload than in a decode-only sweep.")
+    return ("Where prediction and measurement part, look first at what rate matching leaves out: the KV transfer "
+            "between the sides, and the longer context a decode step reads in the disaggregated workload than in "
+            "a decode-only sweep.")
+
+
+def sla_text(pick: Any, floor: float) -> str:
+    """The SLA pick as the sentence after "At <floor> tokens/s per user"."""
+    shown = f"{floor:,.0f}" if floor >= 10 else f"{floor:g}"
+    return f"At {shown} tokens/s per user: {pick_sentence(pick)}"
+
+
+def reverse_text(table: pd.DataFrame, fraction: float = 0.5) -> str:
+    """One row of the reverse SLA, as a sentence that starts "For example"."""
+    if len(table) == 0 or table["deployment"].isna().all():
+        return "Without a disaggregated sweep there is no budget to trade for speed."
+    return "For example, " + reverse_sentence(table, fraction)

@@ -99,3 +99,47 @@ def graph_estimate_cost() -> pd.DataFrame:
             "requests_vllm_rank": unused * 1024 / float(t3.loc[run, "mib_per_request_rank"]),
         })
     return pd.DataFrame(rows)
+
+
+def per_graph_table(t2: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Table 2 per graph: the estimate and what was used, per captured graph, beside the largest per-graph
+    increment the estimate allows (``reserved / (n - 1)``, :func:`table2_bounds`).
+
+    When a run's graphs used more per graph, on average, than its estimate allows for any graph after the
+    first (``used_per_graph_mib > max_increment_mib``), the two largest graphs vLLM captured to measure the
+    increment added less memory than the smaller ones did: the estimate, not the graphs, is what fell short.
+    """
+    frame = (t2 if t2 is not None else table2_bounds()).copy()
+    frame["reserved_per_graph_mib"] = frame["reserved_gib"] * 1024 / frame["graphs"]
+    frame["used_per_graph_mib"] = frame["actual_gib"] * 1024 / frame["graphs"]
+    return frame[["run", "topology", "mtp", "max_num_seqs", "graphs", "reserved_gib", "actual_gib",
+                  "reserved_per_graph_mib", "used_per_graph_mib", "max_increment_mib"]]
+
+
+def oddities_numbers(t2: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Runs 3, 5 and 6 of table 2 in the numbers chapter 3's explanation quotes.
+
+    ``used-ratio-5-3`` and ``reserved-ratio-5-3``: run 5 (TP4DP4) over run 3 (TP8), same 80 sequences and
+    37 graphs; ``dp``: run 5's data-parallel size; ``max-increment-6`` and ``used-per-graph-6``: the most a
+    further graph may add under run 6's estimate, and what its graphs used on average.
+    """
+    frame = per_graph_table(t2).set_index("run")
+    r3, r5, r6 = frame.loc[3], frame.loc[5], frame.loc[6]
+    return {
+        "used-ratio-5-3": float(r5["actual_gib"] / r3["actual_gib"]),
+        "reserved-ratio-5-3": float(r5["reserved_gib"] / r3["reserved_gib"]),
+        "dp": 16 // 4,  # TP4DP4: 16 GPUs, TP4, so DP4
+        "max-increment-5": float(r5["max_increment_mib"]),
+        "max-increment-6": float(r6["max_increment_mib"]),
+        "used-per-graph-5": float(r5["used_per_graph_mib"]),
+        "used-per-graph-6": float(r6["used_per_graph_mib"]),
+        "used-per-graph-3": float(r3["used_per_graph_mib"]),
+    }
+
+
+def engine_requests(activation_peak_gib: float, cudagraph_estimate_gib: float, bytes_per_request: int) -> pd.DataFrame:
+    """The activation peak and the CUDA-graph estimate of the parameters, as requests of ``bytes_per_request``."""
+    rows = [{"part": part, "size_gib": gib, "requests": from_gib(gib) / bytes_per_request}
+            for part, gib in (("activation peak", activation_peak_gib),
+                              ("CUDA-graph estimate", cudagraph_estimate_gib))]
+    return pd.DataFrame(rows)

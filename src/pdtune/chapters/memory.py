@@ -33,12 +33,30 @@ def weights_by_topology(spec: ModelSpec, topologies: Iterable[str], *, mtp: bool
         if layout.pp > 1:
             continue
         w = weights_per_gpu(spec, tp=layout.tp, ep=layout.expert_shards, mtp=use_mtp)
-        row: dict[str, Any] = {"topology": name.strip(), "tp": layout.tp, "expert_shards": layout.expert_shards,
-                               "gpus": layout.gpus, "mtp": use_mtp}
-        row.update({f"{k}_gib": v for k, v in w.gib().items() if v})
-        row["weights_gib"] = w.total / GiB
-        rows.append(row)
-    return pd.DataFrame(rows).fillna(0.0)
+        # The total first (what the prose quotes), then its largest parts, and the rest as one column.
+        row: dict[str, Any] = {"topology": name.strip(), "gpus": layout.gpus, "mtp": use_mtp,
+                               "weights_gib": w.total / GiB}
+        rows.append((row, w.gib()))
+    if not rows:
+        return pd.DataFrame(columns=["topology", "gpus", "mtp", "weights_gib"])
+    sizes: dict[str, float] = {}
+    for _, parts in rows:
+        for k, v in parts.items():
+            sizes[k] = sizes.get(k, 0.0) + v
+    shown = [k for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v >= 0.005][:PARTS_SHOWN]
+    out = []
+    for row, parts in rows:
+        row = dict(row) | {f"{k}_gib": parts.get(k, 0.0) for k in shown}
+        rest = sum(v for k, v in parts.items() if k not in shown)
+        if rest >= 0.005 or len(sizes) > len(shown):
+            row["other_gib"] = rest
+        out.append(row)
+    return pd.DataFrame(out).fillna(0.0)
+
+
+#: Weight components :func:`weights_by_topology` shows one by one (the rest become ``other_gib``), so the
+#: table fits the page.
+PARTS_SHOWN = 4
 
 
 def capacity_readings() -> pd.DataFrame:
@@ -169,8 +187,6 @@ def overhead_readings() -> pd.DataFrame:
         "not_weights_nor_kv_pct": 100 * everything_else / total,
         "measured_parts_gib": measured,
         "measured_parts_pct": 100 * measured / total,
-        "published_overhead_gib": c["non_weight_overhead"],
-        "published_overhead_pct": c["non_weight_overhead_share"],
     })
 
 
@@ -178,21 +194,24 @@ def utilization_what_if(
     waterfalls: Mapping[str, Waterfall],
     utilizations: Sequence[float],
     bytes_per_request: Mapping[str, int],
+    *,
+    names: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """KV cache and requests (KV / bytes per request) of each waterfall at other ``gpu_memory_utilization``."""
-    rows = []
+    """KV cache and requests (KV / bytes per request) of each waterfall at other ``gpu_memory_utilization``.
+
+    One row per utilization; for each waterfall (named by ``names``, short labels for the headers) its KV
+    cache in GiB and the requests it holds by the article's count, under a two-level header.
+    """
+    columns: dict[tuple[str, str], list[Any]] = {}
     for label, w in waterfalls.items():
-        for u in utilizations:
-            wu = w.with_utilization(u)
-            kv = wu.kv_cache()
-            rows.append({
-                "scenario": label,
-                "gpu_memory_utilization": u,
-                "reserve_gib": wu.reserve / GiB,
-                "kv_cache_gib": kv / GiB,
-                "requests": kv / bytes_per_request[label] if label in bytes_per_request else None,
-            })
-    return pd.DataFrame(rows)
+        short = (names or {}).get(label, label)
+        kv = [w.with_utilization(u).kv_cache() for u in utilizations]
+        columns[(short, "KV cache (GiB)")] = [k / GiB for k in kv]
+        per = bytes_per_request.get(label)
+        columns[(short, "requests")] = [k / per if per else None for k in kv]
+    frame = pd.DataFrame(columns, index=pd.Index(list(utilizations), name="gpu_memory_utilization"))
+    frame.columns = pd.MultiIndex.from_tuples(frame.columns)
+    return frame
 
 
 def utilization_step(waterfall: Waterfall, bytes_per_request: int, *, step: float = 0.01) -> dict[str, Any]:
@@ -253,3 +272,14 @@ def log_waterfalls(paths: Iterable[str], *, gpu_memory_gib: float | None = None)
             total = from_gib(gpu_memory_gib)
         out[f"measured: {resolved.name} [{worker.name}]"] = log.waterfall(worker.name, total=total)
     return out
+
+
+def waterfall_sentence(modeled: Waterfall, spec: ModelSpec, topology: str, *, article_model: bool) -> str:
+    """What the modeled panel leaves for the KV cache, beside the article's run 7."""
+    run7 = article.article_waterfall(7).kv_cache() / GiB
+    text = (f"The modeled panel leaves {modeled.kv_cache() / GiB:,.2f} GiB of KV cache on one GPU of "
+            f"{spec.name} {topology} at utilization {modeled.gpu_memory_utilization:g}, against the "
+            f"{run7:,.2f} GiB the article measured in run 7")
+    if article_model:
+        return text + ": for the article's own model the difference is the weights residual of the previous section."
+    return text + f" for its own model on a GB300: the weights of {spec.name} and its GPU's memory make the difference."

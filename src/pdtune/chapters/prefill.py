@@ -173,19 +173,22 @@ def peak_capacity(sweep: Sweep) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def busy_share(sweep: Sweep, concurrencies: Sequence[int] = (1, 2, 4)) -> pd.DataFrame:
+def busy_share(sweep: Sweep, concurrencies: Sequence[int] = (1, 2, 4),
+               topologies: Sequence[str] = ()) -> pd.DataFrame:
     """Share of a deployment's GPUs that have a request to work on when ``C`` requests run at once.
 
     An engine of ``DP`` data-parallel ranks and ``PP`` pipeline stages has ``DP x PP`` independent slots
     (a rank's batch, a stage's micro-batch); a TP group works on one slot together. With fewer requests than
     slots the rest idle: ``min(C, DP x PP) / (DP x PP)``. This is why wide TP wins a prefill sweep's lowest
-    concurrencies and DP wins once every rank has a request.
+    concurrencies and DP wins once every rank has a request. Without a sweep, the ``topologies`` it would
+    compare are used: the share needs only their layout.
     """
     columns = ["deployment", "tp", "dp", "pp", "gpus", *[f"busy_at_{c}" for c in concurrencies]]
-    if not sweep.available:
+    names = sweep.deployments if sweep.available else list(topologies)  # no sweep: the layouts it would have
+    if not names:
         return empty_frame(columns)
     rows = []
-    for dep in sweep.deployments:
+    for dep in names:
         key = deployment_layout(dep)
         if key is None:
             continue
@@ -207,3 +210,69 @@ def engines_needed(peak: pd.DataFrame, requests_per_s: float) -> pd.DataFrame:
                         "engines": engines, "gpus": engines * peak["gpus"].astype(int),
                         "delivered_requests_per_s": engines * peak["requests_per_s"].astype(float)})
     return out.sort_values(["gpus", "engines"], kind="stable").reset_index(drop=True)[columns]
+
+
+# --- what the chapter says, for its data or for none ---------------------------------------------------
+
+
+def data_note(sweep: Sweep, *, article_data: bool, figure: str = "figure 1") -> str:
+    """Where the sweep comes from, in one or two sentences: the article's modeled data, yours, or none."""
+    if not sweep.available:
+        return (f"{sweep.note} The method below still applies: with results listed in "
+                f"`{sweep.kind}_results` every table and chart of this section fills in, and the parts that "
+                "need no sweep (the busy share of each layout, the roofline) are computed for your layouts.")
+    if article_data:
+        return (f"This is the article's sweep as pdtune models it: the article publishes its {figure} without "
+                "numbers, so `pdtune.perfmodel` predicted it (see `data/clusters/gb300-qwen3.8-modeled/"
+                "README.md`). Every chart says so; replace the folder with your own measurements and the chapter "
+                "reads them the same way.")
+    what = "modeled by pdtune's performance model, not measured" if sweep.modeled else "measured"
+    return f"The data is {what}: {sweep.sources}. Every chart says which."
+
+
+def findings_text(found: pd.DataFrame, *, article_data: bool, kind: str = "prefill") -> str:
+    """The article's findings beside the sweep's, when the sweep is the article's; else why they are not."""
+    if not article_data:
+        return (f"The article's findings are about its own {kind} sweep of Qwen3.8-2.4T on GB300; this "
+                f"scenario's data is not that sweep, so they are not compared with it.")
+    text = " ".join(findings_sentences(found))
+    if kind == "prefill" and (found["verdict"] != "agrees").any():
+        text += (" Where a claim and the sweep disagree at the lowest concurrencies, the busy-share table above "
+                 "says why: a single request runs fastest on the widest TP group, and the article does not "
+                 "publish which concurrencies it swept.")
+    return text
+
+
+def empty_note(sweep: Sweep) -> str:
+    """What a table or chart of a scenario without this sweep shows instead (the first mention is fuller)."""
+    return f"No {sweep.kind}-only sweep in this scenario: nothing to show here." if sweep.kind != "disagg" \
+        else "No disaggregated sweep in this scenario: nothing to show here."
+
+
+def ceiling_sentence(ceiling: Any) -> str:
+    """The prefill ceiling on this GPU, and how close the sweep's best gets to it (when there is a sweep)."""
+    text = f"On a {ceiling.gpu.upper()}, the ceiling is {ceiling.ceiling_tps_per_gpu:,.0f} tokens/s per GPU"
+    if ceiling.best_tps_per_gpu is None or ceiling.best_tps_per_gpu != ceiling.best_tps_per_gpu:
+        return text + "; without a prefill sweep there is nothing to set beside it."
+    return (text + f"; the sweep's best reaches {ceiling.best_tps_per_gpu:,.0f}, that is {ceiling.share:.0%} "
+            "of it.")
+
+
+def capacity_sentence(peak: pd.DataFrame) -> str:
+    """Which prefill deployment delivers the most requests per second per GPU, and how many."""
+    if len(peak) == 0:
+        return "Without a prefill sweep there is no TTFT to compute a request rate from."
+    top = peak.iloc[0]
+    return (f"Per GPU, {top['deployment']} delivers the most: {top['requests_per_s']:,.3g} requests per second "
+            f"per engine, {top['requests_per_s_per_gpu']:,.3g} per GPU.")
+
+
+def without_winner(best: pd.DataFrame, topologies: Sequence[str], load: Any) -> tuple[str, pd.DataFrame]:
+    """The sweep's winner at its highest concurrency, and the winners' runs once it is left out of
+    ``topologies`` (``load(topologies)`` reads the sweep again for them)."""
+    if len(best) == 0:
+        return "", empty_frame(["best", "from_concurrency", "to_concurrency", "points"])
+    top = str(best["best"].iloc[-1])
+    wanted = deployment_layout(top)
+    others = [t for t in topologies if deployment_layout(t) != wanted]
+    return top, winner_runs(best_table(load(others)))

@@ -44,6 +44,16 @@ STATE_PARTS: tuple[str, ...] = (
 LAYER_KIND_NAMES: dict[LayerKind, str] = {kind: kind.label for kind in LayerKind}
 
 
+def kind_name(kind: LayerKind) -> str:
+    """A layer kind in words (:data:`LAYER_KIND_NAMES`; a kind added later reads as its name, spaced)."""
+    return LAYER_KIND_NAMES.get(kind) or str(kind.value).replace("_", " ")
+
+
+def mtp_tokens(spec: ModelSpec, num_speculative_tokens: int) -> int:
+    """The MTP draft tokens a model can run: none without an MTP layer, whatever the parameters say."""
+    return num_speculative_tokens if spec.num_mtp_layers else 0
+
+
 def has_recurrent_state(spec: ModelSpec) -> bool:
     """True when some layer keeps a per-request recurrent state (GDN or Mamba2): a hybrid model."""
     return spec.is_hybrid
@@ -113,7 +123,7 @@ def state_summary(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
             per.get("conv_per_request"),
             per.get("ssm_per_request"),
             rec.state_bytes if rec is not None else None,
-            rec.state_bytes / attn if rec is not None and attn else None,
+            _whole(rec.state_bytes / attn) if rec is not None and attn else None,
             plan.block_tokens,
             plan.block_bytes,
             rec.padding_bytes if rec is not None else None,
@@ -126,6 +136,11 @@ def state_summary(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
     return pd.DataFrame(columns, index=pd.Index(index, name="quantity"))
 
 
+def _whole(value: float) -> float | int:
+    """A ratio that came out whole, as an int (2108, not 2,108.00)."""
+    return int(value) if float(value).is_integer() else value
+
+
 def groups_frame(plan: StatePlan) -> pd.DataFrame:
     """One row per KV cache group: what it holds and what one request takes from it."""
     rows = []
@@ -134,7 +149,7 @@ def groups_frame(plan: StatePlan) -> pd.DataFrame:
         draft = sum(1 for layer in real if layer >= plan.model.num_layers)
         rows.append({
             "group": i,
-            "layer kind": LAYER_KIND_NAMES[g.kind],
+            "layer kind": kind_name(g.kind),
             "model layers": len(real) - draft,
             "MTP draft layers": draft,
             "padding slots": g.padding_layers,
@@ -169,16 +184,16 @@ def state_breakdown(plan: StatePlan) -> pd.DataFrame:
             if layer is None:
                 add("padding layer slots", "padding", 1, blocks, blocks * page_bytes)
             elif layer >= plan.model.num_layers:
-                add("MTP draft layer KV", LAYER_KIND_NAMES[g.kind], 1, blocks, blocks * page_bytes)
+                add("MTP draft layer KV", kind_name(g.kind), 1, blocks, blocks * page_bytes)
             elif g.kind.is_recurrent:
                 rec = plan.recurrent_page
                 assert rec is not None
-                kind = LAYER_KIND_NAMES[g.kind]
+                kind = kind_name(g.kind)
                 add("conv state", kind, 1, blocks, blocks * rec.conv_bytes)
                 add("SSM state", kind, 0, 0, blocks * rec.ssm_bytes)
                 add("recurrent page padding", kind, 0, 0, blocks * rec.padding_bytes)
             else:
-                kind = LAYER_KIND_NAMES[g.kind]
+                kind = kind_name(g.kind)
                 page = g.page
                 per_token = page.bytes_per_token  # type: ignore[union-attr]
                 needed = plan.max_model_len
@@ -236,9 +251,10 @@ def version_plans(
     In order: vLLM 0.11 (the article's arithmetic); ``vllm`` without MTP or prefix caching; ``vllm`` with
     ``num_speculative_tokens`` MTP tokens; that plus prefix caching; and the newest line pdtune follows
     with both, when it differs from ``vllm``. Steps that change nothing for this model are kept: a flat
-    bar says as much as a tall one.
+    bar says as much as a tall one. A model without an MTP layer gets no MTP step (:func:`mtp_tokens`).
     """
     common = dict(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, tp=tp)
+    num_speculative_tokens = mtp_tokens(spec, num_speculative_tokens)
     plans = {"vLLM 0.11: the article's arithmetic": plan_state(spec, vllm="0.11", **common)}
     plans[f"vLLM {vllm}: no MTP, no prefix caching"] = plan_state(spec, vllm=vllm, **common)
     if num_speculative_tokens:
@@ -273,8 +289,9 @@ def tp_plans(
 def tp_sweep(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
     """What one TP rank holds per request, and all ranks together against TP=1 of the same vLLM setting.
 
-    ``all_ranks_vs_tp1`` is 1.0 when the state shards perfectly and more when heads are replicated; it is
-    empty when ``plans`` has no TP=1 plan with the same vLLM line, speculative tokens and cache mode.
+    ``all_ranks_vs_tp1`` (the last column) is 1.0 when the state shards perfectly and more when heads are
+    replicated; it is empty when ``plans`` has no TP=1 plan with the same vLLM line, speculative tokens and
+    cache mode. The recurrent column is left out for a model without recurrent state.
     """
     def setting(p: StatePlan) -> tuple[str, int, str]:
         return (p.semantics.version, p.request.num_speculative_tokens, str(p.mamba_cache_mode))
@@ -287,16 +304,16 @@ def tp_sweep(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
         base = tp1.get(setting(p))
         rows.append({
             "plan": label,
-            "tp": p.tp,
             "attention_bytes_per_token": p.per_layer_bytes().get("attention_per_token"),
             "recurrent_state_bytes": rec.state_bytes if rec is not None else None,
             "block_tokens": p.block_tokens,
-            "pool_blocks_per_request": p.pool_blocks_per_request,
             "mib_per_request_rank": p.bytes_per_request / MiB,
-            "mib_per_request_all_ranks": all_ranks / MiB,
             "all_ranks_vs_tp1": all_ranks / base if base else None,
         })
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if len(frame) and frame["recurrent_state_bytes"].isna().all():
+        frame = frame.drop(columns="recurrent_state_bytes")  # an attention-only model: nothing to show
+    return frame
 
 
 def tp_plans_compared(
@@ -310,6 +327,7 @@ def tp_plans_compared(
 ) -> dict[str, StatePlan]:
     """For each TP size: the article's arithmetic (vLLM 0.11, no MTP) and ``vllm`` with MTP, side by side."""
     common = dict(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype)
+    num_speculative_tokens = mtp_tokens(spec, num_speculative_tokens)
     old = tp_plans(spec, tps=tps, vllm="0.11", **common)
     new = tp_plans(spec, tps=tps, vllm=vllm, num_speculative_tokens=num_speculative_tokens, **common)
     mtp = f" + MTP {num_speculative_tokens}" if num_speculative_tokens else ""
@@ -381,9 +399,12 @@ def pd_block_matrix(
             return f"{int(r.prefill_block_tokens)} (same)"
         return f"{int(r.prefill_block_tokens)} vs {int(r.decode_block_tokens)}: set {int(r.block_size_to_set)}"
 
+    def side(names: str, tp: int) -> str:
+        return names if names == f"TP{tp}" else f"{names} (TP{tp})"
+
     grid = pairs.assign(
-        prefill_side=[f"{r.prefill} (TP{r.prefill_tp})" for r in pairs.itertuples()],
-        decode_side=[f"{r.decode} (TP{r.decode_tp})" for r in pairs.itertuples()],
+        prefill_side=[side(r.prefill, r.prefill_tp) for r in pairs.itertuples()],
+        decode_side=[side(r.decode, r.decode_tp) for r in pairs.itertuples()],
         cell=[cell(r) for r in pairs.itertuples()],
     )
     out = grid.pivot(index="prefill_side", columns="decode_side", values="cell")
@@ -495,7 +516,9 @@ def tp_numbers(plans: Mapping[str, StatePlan], *, middle: int = 4) -> dict[str, 
     below = [t for t in by_tp if t < high] or [high]
     mid = middle if middle in by_tp and middle != high else max(below)
     base = by_tp[1].bytes_per_request
-    numbers: dict[str, Any] = {"tp1-mib": base / MiB, "mid": mid, "high": high}
+    numbers: dict[str, Any] = {"tp1-mib": base / MiB, "mid": mid, "high": high,
+                               "kv-heads": by_tp[1].model.attention.num_kv_heads
+                               if by_tp[1].model.attention is not None else 0}
     for name, t in (("mid", mid), ("high", high)):
         p = by_tp[t]
         rec = p.recurrent_page
@@ -534,3 +557,125 @@ def pd_block_numbers(
         "max-block": int(blocks.max()) if len(blocks) else float("nan"),
         "max-extra-pct": float(fix["extra_pct"].max()) if len(fix) else 0.0,
     }
+
+
+# --- sentences: what the prose says about the model of the parameters cell ------------------------------
+
+
+def size_text(nbytes: int | float) -> str:
+    """Bytes for a sentence, in the unit that reads best: ``32 KiB``, ``4.125 MiB``, ``1.41 GiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:,.4g} {unit}"
+    return f"{nbytes:,.0f} B"
+
+
+def request_sentence(plan: StatePlan) -> str:
+    """One request's pages and bytes, and how much of it is the empty tail of the last attention block."""
+    n = plan_numbers(plan)
+    text = (f"One {n['tokens']:,}-token request of {n['model']} pins {n['pages']:,} pages × "
+            f"{size_text(n['page-bytes'])} = {n['mib']:,.2f} MiB in the article's arithmetic.")
+    if n["tail-mib"] > 0:
+        text += (f" About {size_text(n['tail-mib'] * MiB)} of it is the empty tail of the last attention block: "
+                 f"{n['attn-blocks']:,} blocks of {n['block']:,} tokens hold {n['slots']:,} token slots for "
+                 f"{n['tokens']:,} tokens.")
+    else:
+        text += (f" Its {n['block']:,}-token blocks divide the {n['tokens']:,} tokens exactly, so no block "
+                 "is left partly empty.")
+    return text
+
+
+def recurrent_sentence(spec: ModelSpec) -> str:
+    """What the recurrent rows mean for this model."""
+    if spec.is_hybrid:
+        recurrent = sum(1 for kind in spec.layer_kinds if kind.is_recurrent)
+        return (f"{spec.name} keeps such a state in {recurrent} of its {spec.num_layers} layers "
+                f"({spec.kinds_summary()}).")
+    return (f"{spec.name} has no recurrent layers ({spec.kinds_summary()}): its column is empty here, and all of "
+            "its state grows with tokens.")
+
+
+def mtp_sentence(spec: ModelSpec, plans: Mapping[str, StatePlan], vllm: str) -> str:
+    """What MTP and prefix caching add to a request of the parameters' model under ``vllm``."""
+    by_kind = {label.split(": ", 1)[1]: p for label, p in plans.items() if label.startswith(f"vLLM {vllm}:")}
+    base = by_kind.get("no MTP, no prefix caching")
+    old = next(iter(plans.values()))
+    mtp = next((p for k, p in by_kind.items() if k.startswith("MTP")), None)
+    cached = next((p for k, p in by_kind.items() if k.startswith("prefix caching")), None)
+    if base is None:
+        return ""
+    mib = base.bytes_per_request / MiB
+    text = f"For {spec.name}, vLLM {vllm} reserves {mib:,.2f} MiB per request without MTP or prefix caching"
+    text += (f", {mib / (old.bytes_per_request / MiB):.2f} times the article's arithmetic" if
+             base.bytes_per_request != old.bytes_per_request else ", the same as the article's arithmetic")
+    if mtp is not None:
+        k = mtp.request.num_speculative_tokens
+        text += f"; with {k} MTP tokens {mtp.bytes_per_request / MiB:,.2f} MiB"
+    elif spec.num_mtp_layers == 0:
+        text += f"; it has no MTP layer, so MTP adds nothing to it"
+    if cached is not None:
+        on_top = cached.bytes_per_request / MiB
+        before = (mtp or base).bytes_per_request / MiB
+        text += (f"; with prefix caching on top, {on_top:,.2f} MiB" if on_top != before
+                 else "; prefix caching adds nothing to it (no recurrent state to checkpoint)")
+    return text + "."
+
+
+def tp_sentence(spec: ModelSpec, numbers: Mapping[str, Any]) -> str:
+    """One rank at the middle and the largest TP of chapter 1's sweep, for the parameters' model."""
+    n = numbers
+    text = (f"For {spec.name} the {n['tp1-mib']:,.2f} MiB of the article's arithmetic is the whole, unsharded "
+            f"request: a TP{n['mid']} rank holds {n['mid-mib']:,.2f} MiB of it.")
+    if n["high-rec-bytes"]:
+        text += (f" At TP{n['high']} one rank keeps {n['high-attn-bytes']:,} B of attention state per token and "
+                 f"{n['high-rec-bytes']:,} B of recurrent state per layer, the hybrid rule gives a block of "
+                 f"{n['high-block']:,} tokens")
+    else:
+        text += (f" At TP{n['high']} one rank keeps {n['high-attn-bytes']:,} B of attention state per token in "
+                 f"blocks of {n['high-block']:,} tokens (no recurrent state sets them)")
+    replicated = n["high-ratio"] > 1 + 1e-9
+    text += (f", and the {n['high']} ranks together hold {n['high-ratio']:.2f} times the unsharded request: "
+             + ("heads are replicated." if replicated else "nothing is replicated."))
+    return text
+
+
+def pd_sentence(spec: ModelSpec, numbers: Mapping[str, Any]) -> str:
+    """How far the parameters' prefill and decode layouts disagree on the block."""
+    n = numbers
+    if not n["pairs"]:
+        return f"None of these prefill-decode pairs can run {spec.name}."
+    if n["min-block"] == n["max-block"]:
+        return (f"For {spec.name} every one of these layouts picks the same {n['min-block']:,}-token block, so "
+                f"all {n['pairs']} prefill-decode TP pairs agree and nothing needs `--block-size`.")
+    return (f"For {spec.name} these layouts pick blocks of {n['min-block']:,} to {n['max-block']:,} tokens; "
+            f"{n['mismatched']} of the {n['pairs']} prefill-decode TP pairs disagree, and a side that has to grow "
+            f"its block pays up to {n['max-extra-pct']:.0f} % more per request.")
+
+
+def tp_takeaway(spec: ModelSpec, numbers: Mapping[str, Any], article_tp4: Mapping[str, Any],
+                article_tp8: Mapping[str, Any]) -> str:
+    """The TP takeaway's number: the parameters' model, and the article's beside it when it is another."""
+    n = numbers
+    article_part = (f"the article's Qwen3.8-2.4T: a TP4 rank holds {article_tp4['mib']:,.2f} MiB of its "
+                    f"{article_tp4['vs-mib']:,.0f} MiB, and its TP8 ranks together hold "
+                    f"{article_tp8['all-ranks-ratio']:.1f}× the unsharded bytes")
+    if spec.name == article.MODEL:
+        return article_part[0].upper() + article_part[1:] + "."
+    return (f"For {spec.name} a TP{n['mid']} rank holds {n['mid-mib']:,.2f} MiB of a {n['tp1-mib']:,.2f} MiB "
+            f"request, and its TP{n['high']} ranks together {n['high-ratio']:.2f}× the unsharded bytes; "
+            f"{article_part}.")
+
+
+def state_command(plan: StatePlan, model: str | None = None) -> str:
+    """The ``pdtune state`` command that prints ``plan``: ``model`` as the chapter names it (a bundled name or
+    a path; default the model's name), its request length, KV dtype, vLLM line, TP, MTP and prefix caching."""
+    words = ["pdtune state", model or plan.model.name, f"--max-model-len {plan.max_model_len}",
+             f"--kv-cache-dtype {plan.kv_cache_dtype}", f"--vllm {plan.semantics.version}"]
+    if plan.tp != 1:
+        words.append(f"--tp {plan.tp}")
+    k = plan.request.num_speculative_tokens
+    if k:
+        words.append(f"--num-speculative-tokens {k}")
+    if plan.mamba_cache_mode is MambaCacheMode.NONE:
+        words.append("--no-prefix-caching")
+    return " ".join(words)

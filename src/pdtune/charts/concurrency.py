@@ -1,9 +1,10 @@
-"""Chapter 4's charts: requests per engine under the article's arithmetic and under vLLM's accounting.
+"""Chapter 4's charts: requests per GPU under the article's arithmetic and under vLLM's accounting.
 
-The article divides one GPU's KV cache by the whole model's unsharded request (759 MiB). vLLM divides
-the same KV cache into blocks of one TP rank's shard, and counts blocks per request with MTP's extra
-states and draft layer. The first chart sets the two side by side per run of table 3; the second does
-the same for the reader's decode topologies, per GPU.
+The article divides one GPU's KV cache by the whole model's unsharded request (759 MiB): requests per GPU,
+though it calls them per engine. vLLM divides the same KV cache into blocks of one TP rank's shard, counts
+blocks per request with MTP's extra states and draft layer, and admits that many requests per engine of
+TP GPUs. The first chart sets the two side by side per run of table 3, both per GPU; the second shows the
+reader's decode topologies, per GPU.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pdtune.charts.style import MEASURED_PREFIX, MODELED_PREFIX, modeled_title, 
 
 
 def requests_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.Chart:
-    """Grouped bars per run: the article's requests per engine and vLLM's max concurrency on one TP rank.
+    """Grouped bars per run, both per GPU: the article's column and vLLM's max concurrency over the engine's GPUs.
 
     ``frame`` is :func:`pdtune.chapters.concurrency.requests_comparison`.
     """
@@ -28,25 +29,24 @@ def requests_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.Char
     wide = frame.pivot_table(index="run", columns="measure", values="requests", sort=False)
     ratio = (wide[measures[-1]] / wide[measures[0]]) if len(measures) > 1 else None
     if title is None and ratio is not None:
-        title = (f"vLLM's per-rank count: {ratio.min():.1f} to {ratio.max():.1f}x "
-                 "the article's requests per engine")
+        title = (f"Per GPU, vLLM holds {ratio.min():.2f} to {ratio.max():.2f}x "
+                 "the article's requests")
     order = list(dict.fromkeys(frame.sort_values("run")["run_label"]))
     subtitle = [
         f"{MEASURED_PREFIX} — KV cache per GPU and the article's column: article table 3",
         f"{MODELED_PREFIX} — vLLM's block accounting (pdtune.state); not a measurement",
     ]
-    heading = alt.TitleParams(title or "Requests per engine", subtitle=subtitle, anchor="start")
+    heading = alt.TitleParams(title or "Requests per GPU", subtitle=subtitle, anchor="start")
     return alt.Chart(frame, title=heading).mark_bar().encode(
         y=alt.Y("run_label:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
         yOffset=alt.YOffset("measure:N", sort=measures),
-        x=alt.X("requests:Q", title=ratio_title("KV cache of one GPU", "one request's state",
-                                                 unit="requests per engine")),
+        x=alt.X("requests:Q", title=ratio_title("concurrent requests", "GPU")),
         color=alt.Color("measure:N", sort=measures, title=None,
                         legend=alt.Legend(orient="bottom", columns=1, labelLimit=300),
                         scale=alt.Scale(range=["#9e9e9e", "#1f77b4"])),
         tooltip=named_tooltips("run_label:N", "measure:N", "requests:Q", "mib_per_request:Q",
                                names={"run_label": "run", "measure": "counted as",
-                                      "requests": "requests per engine",
+                                      "requests": "requests per GPU",
                                       "mib_per_request": "MiB per request (divisor)"}),
     ).properties(width=460, height=alt.Step(16))
 

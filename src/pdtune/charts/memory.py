@@ -1,6 +1,7 @@
 """Chapter 2's chart: one GPU's memory as a waterfall from the box to the KV cache, with a slider.
 
-The slider is an Altair parameter named ``gpu_memory_utilization`` bound to a range input, so it works in
+Each panel has its own slider, an Altair parameter (``gpu_memory_utilization_1``, ``_2``, ...; see
+:func:`slider_name`) bound to a range input that starts at that scenario's own utilization, so it works in
 the static book: the chart recomputes every bar in Vega expressions. Only the reserve depends on the
 utilization (``total x (1 - u)``); the steps below it shift, and the KV cache bar grows or shrinks by
 exactly what the reserve gives back. A checkbox subtracts the CUDA context a second time, as the
@@ -54,8 +55,14 @@ def kv_left_gib(frame: pd.DataFrame, scenario: str) -> float:
     return float(rows["start_gib"].iloc[0] - rows["delta_gib"].sum())
 
 
-def default_title(frame: pd.DataFrame) -> str:
-    first = frame.sort_values("scenario_order")["scenario"].iloc[0]
+def slider_name(panel: int) -> str:
+    """The utilization parameter of the ``panel``-th waterfall (0-based): one slider per scenario."""
+    return f"{SLIDER}_{panel + 1}"
+
+
+def default_title(frame: pd.DataFrame, scenario: str | None = None) -> str:
+    """What is left for the KV cache in ``scenario`` (default: the first) at its own utilization."""
+    first = scenario or frame.sort_values("scenario_order")["scenario"].iloc[0]
     rows = frame[frame["scenario"] == first]
     return (f"{kv_left_gib(frame, first):,.2f} of {rows['total_gib'].iloc[0]:,.2f} GiB is left for the KV cache "
             f"at utilization {rows['utilization'].iloc[0]:g}")
@@ -65,25 +72,22 @@ def waterfall_chart(
     frame: pd.DataFrame,
     *,
     title: str | None = None,
+    focus: str | None = None,
     measured: str | None = None,
     modeled: str | None = None,
     slider_min: float = 0.5,
     slider_max: float = 0.99,
 ) -> alt.VConcatChart:
-    """One waterfall per scenario, stacked vertically, all driven by one utilization slider.
+    """One waterfall per scenario, stacked vertically, each with its own utilization slider.
 
-    ``measured`` and ``modeled`` describe where the scenarios' numbers come from; they become the subtitle
-    lines ("Measured — ...", "Modeled — ...; not a measurement").
+    Every slider starts at its scenario's utilization, so each panel first shows what its scenario gives.
+    The title states the KV cache of ``focus`` (default: the first scenario). ``measured`` and ``modeled``
+    describe where the scenarios' numbers come from; they become the subtitle lines ("Measured — ...",
+    "Modeled — ...; not a measurement").
     """
     missing = _REQUIRED - set(frame.columns)
     if missing:
         raise ValueError(f"waterfall frame lacks columns: {', '.join(sorted(missing))}")
-    utilization = float(frame["utilization"].iloc[0])
-    u = alt.param(
-        name=SLIDER,
-        value=utilization,
-        bind=alt.binding_range(min=slider_min, max=slider_max, step=0.01, name=f"{SLIDER} "),
-    )
     prose = alt.param(
         name=PROSE_TOGGLE,
         value=False,
@@ -94,12 +98,19 @@ def waterfall_chart(
     panels = []
     for i, scenario in enumerate(scenarios):
         data = frame[frame["scenario"] == scenario]
+        name = slider_name(i)
+        u = alt.param(
+            name=name,
+            value=float(data["utilization"].iloc[0]),
+            bind=alt.binding_range(min=slider_min, max=slider_max, step=0.01,
+                                   name=f"gpu_memory_utilization, panel {i + 1} "),
+        )
         base = (
             alt.Chart(data, title=alt.TitleParams(scenario, fontSize=13, anchor="start"))
             .transform_filter(f"datum.key !== 'cuda_context' || {PROSE_TOGGLE}")
             .transform_calculate(
                 # The reserve is the only step the slider moves: total x (1 - u), in GiB like the rest.
-                step_gib=f"datum.kind === 'reserve' ? datum.total_gib * (1 - {SLIDER}) : datum.delta_gib"
+                step_gib=f"datum.kind === 'reserve' ? datum.total_gib * (1 - {name}) : datum.delta_gib"
             )
             .transform_window(taken_gib="sum(step_gib)", sort=[alt.SortField("order")], frame=[None, 0])
             .transform_calculate(left_gib="datum.start_gib - datum.taken_gib")
@@ -139,13 +150,14 @@ def waterfall_chart(
             text="value_text:N",
         )
         layer = alt.layer(bars, text).properties(width=250, height=alt.Step(20))
-        panels.append(layer.add_params(u, prose) if i == 0 else layer)
+        panels.append(layer.add_params(u, prose) if i == 0 else layer.add_params(u))
     subtitle = []
     if measured:
         subtitle.append(f"{MEASURED_PREFIX} — {measured}")
     if modeled:
         subtitle.append(f"{MODELED_PREFIX} — {modeled}; not a measurement")
-    subtitle.append("Slide: only the reserve moves; the KV cache takes up the difference.")
-    heading = alt.TitleParams(title or default_title(frame), subtitle=subtitle, anchor="start")
+    subtitle.append("Slide (one slider per panel, each starting at its own utilization): only the reserve "
+                    "moves; the KV cache takes up the difference.")
+    heading = alt.TitleParams(title or default_title(frame, focus), subtitle=subtitle, anchor="start")
     return alt.vconcat(*panels, title=heading).resolve_scale(
         color="shared", x="shared")

@@ -7,10 +7,13 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from pdtune.errors import InputError
+from pdtune import limits, versions
+from pdtune.errors import InputError, brief
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
+from pdtune.units import GiB, MiB, to_bytes
 
 
 def emit_json(obj: Any) -> None:
@@ -26,34 +29,74 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+def _whole(text: str, minimum: int, maximum: int, what: str) -> int:
+    digits = text.strip().lstrip("+-")
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {brief(text)}")
+    if len(digits) > 18:
+        raise argparse.ArgumentTypeError(f"a number with {len(digits):,} digits is more than the {maximum:,} "
+                                         f"{what} pdtune accepts")
+    value = int(text)
+    if value < minimum:
+        need = {0: "must not be negative", 1: "must be positive"}.get(minimum, f"must be at least {minimum}")
+        raise argparse.ArgumentTypeError(f"{need}, got {value}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"{value:,} is more than the {maximum:,} {what} pdtune accepts")
     return value
+
+
+def whole_flag(maximum: int, what: str, *, minimum: int = 1) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``minimum`` to ``maximum`` (a bound of :mod:`pdtune.limits`,
+    named ``what`` in the error)."""
+    def parse(text: str) -> int:
+        return _whole(text, minimum, maximum, what)
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def positive_int(text: str) -> int:
+    return _whole(text, 1, limits.MAX_EXACT_INT, "")
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
+    return _whole(text, 0, limits.MAX_EXACT_INT, "")
 
 
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {brief(text)}") from None
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {brief(text)}")
     return value
+
+
+def _byte_flag(unit: int, name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = non_negative_float(text)
+        try:
+            to_bytes(value, unit, "flag", name)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+#: argparse types of memory sizes: finite, >= 0, and still a whole number of bytes within
+#: :data:`~pdtune.limits.MAX_BYTES` once scaled (a positive size never rounds to 0 bytes).
+gib_flag = _byte_flag(GiB, "GiB")
+mib_flag = _byte_flag(MiB, "MiB")
+
+
+def check_shared(args: argparse.Namespace) -> None:
+    """Checks of the shared flags that are bad input (not a mistyped flag): ``--vllm`` must name a line pdtune
+    follows (:func:`pdtune.versions.check`). Run by :func:`pdtune.cli.main` before the command."""
+    if isinstance(getattr(args, "vllm", None), str):
+        versions.check(args.vllm, "--vllm")
 
 
 def fraction(text: str) -> float:
@@ -70,15 +113,18 @@ def fraction_or_zero(text: str) -> float:
     return value
 
 
+#: Entries of one comma-separated list flag.
+MAX_LIST = 4096
+
+
 def int_list(text: str) -> list[int]:
-    """``1,8,64`` -> [1, 8, 64]."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive whole numbers, got {text!r}")
-    return values
+    """``1,8,64`` -> [1, 8, 64]: concurrencies, each from 1 to :data:`~pdtune.limits.MAX_CONCURRENCY`."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {brief(text)}")
+    if len(parts) > MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{len(parts):,} values are more than the {MAX_LIST:,} pdtune accepts")
+    return [_whole(part, 1, limits.MAX_CONCURRENCY, "concurrency") for part in parts]
 
 
 def gpu_counts(text: str) -> GpuCounts:
@@ -97,9 +143,16 @@ SHARED_FLAGS: dict[str, dict[str, Any]] = {
     "--vllm": {"metavar": "VERSION", "help": "vLLM line whose arithmetic to follow"},
     "--kv-cache-dtype": {"help": "KV cache dtype: auto | fp8 | fp8_e4m3 | bfloat16 | ..."},
     "--gpu-memory-utilization": {"type": fraction},
-    "--isl": {"type": positive_int, "help": "input tokens per request"},
-    "--osl": {"type": positive_int, "help": "output tokens per request"},
-    "--num-speculative-tokens": {"type": non_negative_int, "default": 0, "metavar": "K"},
+    "--isl": {"type": whole_flag(limits.MAX_MODEL_LEN, "tokens"), "help": "input tokens per request"},
+    "--osl": {"type": whole_flag(limits.MAX_MODEL_LEN, "tokens"), "help": "output tokens per request"},
+    "--num-speculative-tokens": {"type": whole_flag(limits.MAX_SPECULATIVE_TOKENS, "speculative tokens", minimum=0),
+                                 "default": 0, "metavar": "K"},
+    "--speculative-model": {"metavar": "NAME_OR_CONFIG",
+                            "help": "EAGLE/EAGLE3 head or draft model (bundled name or config.json); its layers "
+                                    "join the KV cache"},
+    "--decode-context-parallel-size": {"type": whole_flag(limits.MAX_PARALLEL, "ranks"), "default": 1, "metavar": "N",
+                                       "help": "DCP size: full-attention KV tokens shard over N ranks of the TP "
+                                               "group (default 1)"},
     "--gpus": {"type": gpu_counts, "default": None, "metavar": "N|prefill=P,decode=D",
                "help": f"GPU counts for results that do not record them (else a {SIDECAR_NAME} next to them)"},
     "--out": {"metavar": "DIR"},
@@ -113,3 +166,15 @@ def shared_flag(parser: argparse.ArgumentParser | argparse._ActionsContainer, na
     """Add the shared flag ``name`` (a key of :data:`SHARED_FLAGS`) to ``parser`` (or to a group of it),
     with ``overrides`` (``default``, ``help``, ...) for what this command says differently."""
     return parser.add_argument(name, **{**SHARED_FLAGS[name], **overrides})
+
+
+def draft_and_dcp_flags(parser: argparse.ArgumentParser, *, engines: str) -> None:
+    """``--speculative-model`` with its ``--num-speculative-tokens``, and ``--decode-context-parallel-size``:
+    what they change in ``engines`` (the KV room, as ``pdtune state`` counts it) and what not (the step time)."""
+    shared_flag(parser, "--speculative-model",
+                help="EAGLE/EAGLE3 head or draft model (bundled name or config.json) with --num-speculative-tokens: "
+                     f"its layers join the KV cache of {engines}; its draft passes are not in the step time")
+    shared_flag(parser, "--num-speculative-tokens", help="draft tokens of --speculative-model (MTP: --mtp)")
+    shared_flag(parser, "--decode-context-parallel-size",
+                help="DCP size of the decode engines: full-attention KV tokens shard over N ranks of their TP "
+                     "group (KV room as `pdtune state` counts it; the TP must be a multiple; not in the step time)")

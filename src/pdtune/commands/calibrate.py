@@ -7,6 +7,7 @@ import sys
 
 from pdtune.commands._common import emit_json, fraction_or_zero, shared_flag
 from pdtune.commands.validate import add_selection_arguments, load_selection
+from pdtune.io import output_file
 from pdtune.perfmodel.calibrate import calibrate, write_calibration
 from pdtune.perfmodel.validation import METRICS
 
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    output_file(args.out, "--out")  # a path that cannot be written is refused before the fit, not after it
     spec, gpu, selection, name = load_selection(args)
     done = calibrate(selection.rows, spec, gpu, model=name, holdout_fraction=args.holdout, results=args.results)
     cal = done.calibration

@@ -91,7 +91,8 @@ def _split(text: str | None) -> list[str] | None:
 
 
 def _int(text: str) -> int | str:
-    return int(text) if text.isdigit() else text  # a non-number is reported by spec_from_params
+    # a non-number (and "²", which isdigit() calls a digit) is reported by spec_from_params
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 4000 else text
 
 
 def run_inferencex(args: argparse.Namespace) -> int:

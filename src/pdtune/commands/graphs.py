@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from pdtune.commands._common import emit_json, non_negative_float, positive_int, shared_flag
+from pdtune.commands._common import emit_json, mib_flag, shared_flag, whole_flag
+from pdtune.limits import MAX_NUM_SEQS, MAX_TOKENS_PER_STEP
 from pdtune.memory import CUDAGraphMode, cudagraph_estimate, cudagraph_plan
 from pdtune.units import GiB, from_mib
 
@@ -19,16 +20,16 @@ def register(sub: argparse._SubParsersAction) -> None:
             "max_num_seqs * (1 + K), as in the article's decode runs (--max-cudagraph-capture-size)."
         ),
     )
-    p.add_argument("--max-num-seqs", type=positive_int, required=True)
+    p.add_argument("--max-num-seqs", type=whole_flag(MAX_NUM_SEQS, "sequences per engine"), required=True)
     shared_flag(p, "--num-speculative-tokens")
-    p.add_argument("--max-capture-size", type=positive_int,
+    p.add_argument("--max-capture-size", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
                    help="max-cudagraph-capture-size (default max_num_seqs * (1 + K))")
-    p.add_argument("--max-num-batched-tokens", type=positive_int,
+    p.add_argument("--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
                    help="default max_num_seqs * (1 + K) + 16, as in the article's table 1")
     p.add_argument("--mode", choices=[m.value for m in CUDAGraphMode], default=CUDAGraphMode.FULL_DECODE_ONLY.value)
-    p.add_argument("--first-graph-mib", type=non_negative_float,
+    p.add_argument("--first-graph-mib", type=mib_flag,
                    help="memory the largest graph took when captured: prints the estimate")
-    p.add_argument("--per-graph-mib", type=non_negative_float, default=0.0,
+    p.add_argument("--per-graph-mib", type=mib_flag, default=0.0,
                    help="memory the second-largest graph added (floored at 1 MiB, as vLLM does)")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     )
     out = plan.to_dict()
     if args.first_graph_mib is not None:
-        est = cudagraph_estimate(from_mib(args.first_graph_mib), from_mib(args.per_graph_mib), plan.count)
+        est = cudagraph_estimate(from_mib(args.first_graph_mib, "--first-graph-mib", "first_graph_mib"),
+                                 from_mib(args.per_graph_mib, "--per-graph-mib", "per_graph_mib"), plan.count)
         out["estimate_gib"] = est / GiB
     if args.json:
         emit_json(out)

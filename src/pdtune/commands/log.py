@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pdtune.commands._common import emit_json, non_negative_float, positive_int, shared_flag
+from pdtune.commands._common import _default as _json_default
+from pdtune.commands._common import gib_flag, shared_flag, whole_flag
 from pdtune.errors import InputError
+from pdtune.limits import MAX_MODEL_LEN, MAX_PARALLEL
 from pdtune.units import GiB, from_gib
 from pdtune.vllm_log import VllmLog, WorkerLog, cross_check, parse_log
 
@@ -28,16 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="VLLM_LOG")
     shared_flag(p, "--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
     shared_flag(p, "--vllm", help="vLLM line for the cross-check (default: the log's version)")
-    p.add_argument("--tp", type=positive_int, help="tensor-parallel size, if the log does not say it")
+    p.add_argument("--tp", type=whole_flag(MAX_PARALLEL, "ranks"), help="tensor-parallel size, if the log does not say it")
     shared_flag(p, "--kv-cache-dtype", help="KV cache dtype, if the log does not say it (vLLM's default: auto)")
     shared_flag(p, "--num-speculative-tokens", default=None,
                 help="speculative tokens, if the log does not say them")
-    p.add_argument("--max-model-len", type=positive_int, help="max_model_len, if the log does not say it")
-    p.add_argument("--speculative-model", metavar="NAME_OR_CONFIG",
-                   help="the EAGLE/EAGLE3 head or draft model's config: its layers join the KV cache")
-    p.add_argument("--decode-context-parallel-size", type=positive_int, metavar="N",
-                   help="DCP size, if the log does not say it")
-    p.add_argument("--total-gib", type=non_negative_float, metavar="G",
+    p.add_argument("--max-model-len", type=whole_flag(MAX_MODEL_LEN, "tokens"),
+                   help="max_model_len, if the log does not say it")
+    shared_flag(p, "--speculative-model")
+    shared_flag(p, "--decode-context-parallel-size", default=None, help="DCP size, if the log does not say it")
+    p.add_argument("--total-gib", type=gib_flag, metavar="G",
                    help="GPU total memory for the waterfall when the log does not print it (before 0.26)")
     shared_flag(p, "--gpu-memory-utilization", metavar="U",
                    help="for the waterfall when the log does not say it")
@@ -47,13 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     log = parse_log(args.file)
-    total = from_gib(args.total_gib) if args.total_gib else None
-    waterfalls: dict[str, Any] = {}
-    for w in log.memory_workers:
-        try:
-            waterfalls[w.name] = log.waterfall(w.name, total=total, gpu_memory_utilization=args.gpu_memory_utilization)
-        except InputError as exc:
-            waterfalls[w.name] = exc
+    total = from_gib(args.total_gib, "--total-gib", "total_gib") if args.total_gib else None
+
+    def waterfalls() -> Iterator[tuple[str, Any]]:
+        # one at a time: a crash-loop log has a process per restart, and output is streamed, not held
+        for w in log.memory_workers:
+            try:
+                yield w.name, log.waterfall(w.name, total=total, gpu_memory_utilization=args.gpu_memory_utilization)
+            except InputError as exc:
+                yield w.name, exc
+
     checks = []
     if args.model:
         checks = cross_check(log, args.model, vllm=args.vllm, tp=args.tp, kv_cache_dtype=args.kv_cache_dtype,
@@ -61,16 +67,11 @@ def run(args: argparse.Namespace) -> int:
                              speculative_model=args.speculative_model,
                              decode_context_parallel_size=args.decode_context_parallel_size)
     if args.json:
-        emit_json({
-            **log.to_dict(),
-            "waterfalls": {k: (v.to_dict() if not isinstance(v, InputError) else {"error": str(v)})
-                           for k, v in waterfalls.items()},
-            "cross_check": [c.to_dict() for c in checks],
-        })
+        _stream_json(log, waterfalls(), checks)
         return 0
     print(_header(log))
-    print(_workers_table(log))
-    for name, wf in waterfalls.items():
+    _print_table(_worker_rows(log))
+    for name, wf in waterfalls():
         if isinstance(wf, InputError):
             print(f"waterfall {name}: not available ({wf.field}: {wf.message})")
             continue
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 "" if c.logged_max_concurrency is None else f"{c.logged_max_concurrency:.2f}x",
                 f"{c.predicted_max_concurrency:.2f}x",
             ))
-        print(_table(rows))
+        _print_table(rows)
         settings = {**checks[0].settings, **checks[0].settings_extra}
         print("  settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
         if checks[0].given:
@@ -142,14 +143,72 @@ def _worker_row(w: WorkerLog) -> tuple[str, ...]:
     )
 
 
+_WORKER_HEADER = ("process", "weights GiB", "graphs", "graph est. GiB", "avail KV GiB", "KV tokens", "max conc.",
+                  "capture GiB", "pool act/est GiB", "init s", "attn block")
+
+
+def _worker_rows(log: VllmLog) -> Callable[[], Iterator[tuple[str, ...]]]:
+    """The workers table's rows, made afresh on each call (the table is printed in two passes)."""
+    def rows() -> Iterator[tuple[str, ...]]:
+        yield _WORKER_HEADER
+        for w in log.workers:
+            row = _worker_row(w)
+            if any(row[1:]):
+                yield row
+
+    return rows
+
+
 def _workers_table(log: VllmLog) -> str:
-    header = ("process", "weights GiB", "graphs", "graph est. GiB", "avail KV GiB", "KV tokens", "max conc.",
-              "capture GiB", "pool act/est GiB", "init s", "attn block")
-    rows = [header] + [row for w in log.workers if any((row := _worker_row(w))[1:])]
-    return _table(rows)
+    return _table(list(_worker_rows(log)()))
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
     keep = [i for i in range(len(rows[0])) if any(r[i] for r in rows[1:])]
     widths = [max(len(r[i]) for r in rows) for i in keep]
     return "\n".join("  ".join(r[i].ljust(w) for i, w in zip(keep, widths, strict=True)).rstrip() for r in rows)
+
+
+def _print_table(rows: Sequence[tuple[str, ...]] | Callable[[], Iterator[tuple[str, ...]]]) -> None:
+    """:func:`_table`, printed line by line: widths from a first pass over the rows, the lines from a second."""
+    make = rows if callable(rows) else (lambda: iter(rows))
+    widths: list[int] | None = None
+    filled: list[bool] = []
+    for i, row in enumerate(make()):
+        if widths is None:
+            widths, filled = [len(c) for c in row], [False] * len(row)
+            continue
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+        filled = [f or bool(c) for f, c in zip(filled, row, strict=True)]
+    if widths is None:
+        return
+    keep = [i for i, f in enumerate(filled) if f]
+    for row in make():
+        print("  ".join(row[i].ljust(widths[i]) for i in keep).rstrip())
+
+
+def _stream_json(log: VllmLog, waterfalls: Iterator[tuple[str, Any]], checks: list[Any]) -> None:
+    """``log.to_dict()`` plus the waterfalls and the cross-check, written one worker at a time."""
+    out = sys.stdout
+    head = log.to_dict(workers=False)
+    out.write("{\n")
+    for key, value in head.items():
+        out.write(f"  {json.dumps(key)}: {_indented(value)},\n")
+
+    def section(name: str, items: Iterator[tuple[str, Any]], last: bool = False) -> None:
+        out.write(f"  {json.dumps(name)}: {{")
+        sep = "\n"
+        for key, value in items:
+            out.write(f"{sep}    {json.dumps(key)}: {_indented(value, 4)}")
+            sep = ",\n"
+        out.write("\n  }" if sep == ",\n" else "}")
+        out.write("\n" if last else ",\n")
+
+    section("workers", ((w.name, w.to_dict()) for w in log.workers))
+    section("waterfalls", ((k, v.to_dict() if not isinstance(v, InputError) else {"error": str(v)})
+                           for k, v in waterfalls))
+    out.write(f"  \"cross_check\": {_indented([c.to_dict() for c in checks])}\n}}\n")
+
+
+def _indented(value: Any, level: int = 2) -> str:
+    return json.dumps(value, indent=2, default=_json_default).replace("\n", "\n" + " " * level)

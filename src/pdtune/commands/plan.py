@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
-from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int, shared_flag
-from pdtune.errors import InputError
-from pdtune.gpus import bundled_gpus
+from pdtune.commands._common import (
+    MAX_LIST,
+    draft_and_dcp_flags,
+    emit_json,
+    non_negative_float,
+    shared_flag,
+    whole_flag,
+)
+from pdtune.errors import InputError, brief
+from pdtune.limits import MAX_GPUS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
 from pdtune.plan import PLAN_VLLM, Plan, PlanSettings, picks_sentence, plan, sla_list
 
@@ -18,6 +24,10 @@ isolated sweeps with --prefill-results/--decode-results (any format `pdtune resu
 tok/s/GPU = total (input + output) tokens/s over all GPUs; tok/s/user = 1000 / TPOT; TTFT includes the KV
 transfer from the prefill to the decode engine (NVLink inside one NVLink domain, else the scale-out network).
 Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
+Factors: --calibration CAL (from `pdtune calibrate`, one per pool GPU) or each GPU's defaults
+(data/perfmodel/defaults.csv); the KV transfer runs at the lower pool's link factor. The model predicts a mean
+TPOT: a --max-tpot-ms-p90 limit is checked against it times the measured p99/median ratio of the bundled
+InferenceX points (or --tpot-p90-factor), or against a measured decode sweep's p99; the plan prints which.
 Examples:
   pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024 --min-tps-per-user 20 --json
   pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024
@@ -27,12 +37,15 @@ Examples:
 
 
 def _floats(text: str) -> list[float]:
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{len(parts):,} values are more than the {MAX_LIST:,} pdtune accepts")
     try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+        values = [non_negative_float(part) for part in parts]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {brief(text)}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {brief(text)}")
     return values
 
 
@@ -40,6 +53,8 @@ def _names(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     if not names:
         raise argparse.ArgumentTypeError("expected comma-separated topologies such as TEP8,TP4DP2+EP")
+    if len(names) > MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{len(names):,} topologies are more than the {MAX_LIST:,} pdtune accepts")
     return names
 
 
@@ -54,28 +69,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     shared_flag(p, "model")
     p.add_argument("--gpu", required=True,
-                   help=f"GPU of the prefill pool, and of decode (known: {', '.join(bundled_gpus())})")
+                   help="GPU of the prefill pool, and of decode (data/gpus/gpus.csv lists them)")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
-    p.add_argument("--max-gpus", type=positive_int, required=True, metavar="N", help="GPU budget, both pools")
+    p.add_argument("--max-gpus", type=whole_flag(MAX_GPUS, "GPUs"), required=True, metavar="N",
+                   help="GPU budget, both pools")
     shared_flag(p, "--isl", required=True)
     shared_flag(p, "--osl", required=True)
     p.add_argument("--min-tps-per-user", type=_floats, metavar="X[,X...]",
                    help="interactivity floor(s), tokens/s per user (one pick per floor)")
     p.add_argument("--max-ttft-ms", type=non_negative_float, metavar="T", help="TTFT limit, ms (median)")
     p.add_argument("--max-tpot-ms-p90", type=non_negative_float, metavar="P",
-                   help="TPOT p90 limit, ms (checked against TPOT p99 where a sweep has spread)")
-    p.add_argument("--calibration", metavar="CAL.yaml", help="calibration of the performance model (pending)")
+                   help="TPOT p90 limit, ms: checked against a measured decode sweep's p99 TPOT where given, else "
+                        "the modeled TPOT x --tpot-p90-factor (the plan prints the basis)")
+    p.add_argument("--tpot-p90-factor", type=non_negative_float, metavar="F",
+                   help="TPOT p90 / modeled TPOT (default: the median p99/median TPOT of the measured InferenceX "
+                        "disaggregated points in data/clusters/inferencex-gb200-dsr1)")
+    p.add_argument("--calibration", nargs="+", default=[], metavar="CAL.yaml",
+                   help="factors from `pdtune calibrate`, one file per pool GPU (the file names its GPU; a mixed "
+                        "pool takes two); default: each GPU's defaults (data/perfmodel/defaults.csv)")
+    draft_and_dcp_flags(p, engines="both pools (and the KV transfer; it replaces the MTP candidates)")
     p.add_argument("--prefill-results", nargs="+", metavar="PATH", help="measured prefill-only sweeps (ISL/2)")
     p.add_argument("--decode-results", nargs="+", metavar="PATH", help="measured decode-only sweeps")
     p.add_argument("--prefill-topologies", type=_names, metavar="T1,T2", help="restrict the prefill layouts")
     p.add_argument("--decode-topologies", type=_names, metavar="T1,T2", help="restrict the decode layouts")
-    p.add_argument("--mtp", type=non_negative_int, default=3, metavar="K",
+    p.add_argument("--mtp", type=whole_flag(MAX_SPECULATIVE_TOKENS, "draft tokens", minimum=0), default=3, metavar="K",
                    help="MTP draft tokens for decode candidates when the model has MTP (default 3; 0 = none)")
     p.add_argument("--acceptance", type=non_negative_float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help=f"MTP draft acceptance rate (default {DEFAULT_ACCEPTANCE})")
     shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8)")
     shared_flag(p, "--gpu-memory-utilization", default=0.92)
-    p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="per DP rank (default 8192)")
+    p.add_argument("--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"), default=8192,
+                   help="per DP rank (default 8192)")
     shared_flag(p, "--vllm", default=PLAN_VLLM,
                 help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
     p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")
@@ -90,12 +114,18 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--{name.replace('_', '-')}", name, "must be positive")
     if not 0 <= args.acceptance <= 1:
         raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {args.acceptance}")
+    if args.recipes:  # a folder that cannot be written is refused before the search, not after it
+        from pdtune.io import output_folder
+
+        output_folder(args.recipes, "--recipes")
     settings = PlanSettings(
         model=args.model, gpu=args.gpu, decode_gpu=args.decode_gpu, max_gpus=args.max_gpus, isl=args.isl,
         osl=args.osl, mtp_tokens=args.mtp, acceptance=args.acceptance, kv_cache_dtype=args.kv_cache_dtype,
         vllm=args.vllm, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_batched_tokens=args.max_num_batched_tokens, prefill_topologies=args.prefill_topologies,
-        decode_topologies=args.decode_topologies, calibration=args.calibration,
+        decode_topologies=args.decode_topologies, calibration=tuple(args.calibration),
+        speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens,
+        decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
@@ -132,6 +162,15 @@ def render(result: Plan, written: list[str] | None = None) -> str:
         f"  {c['rows_network_charged']:,} rows put a TP/EP group over more than one NVLink domain "
         f"(collectives charged at the NIC's bandwidth); {c['frontier_rows_network_charged']} of them on the "
         "frontier",
+        "  factors: " + _factors(result),
+    ]
+    if any(p.sla.max_tpot_ms_p90 is not None for p in result.picks) and result.tpot_p90 is not None:
+        lines.append(f"  TPOT p90 (for the p90 limit): {result.tpot_p90.basis}; rows built on a measured decode "
+                     "sweep with a p99 TPOT use that p99")
+    extras = result.state_extras()
+    if extras is not None:
+        lines.append(f"  {_extras(extras)}")
+    lines += [
         "",
         "Frontier (upper envelope; * = SLA pick off the frontier). tok/s/GPU: total tokens/s over all GPUs; "
         "tok/s/user: 1000 / TPOT; TTFT includes the KV transfer; from: prefill/decode sweeps, M = modeled, "
@@ -160,6 +199,25 @@ def render(result: Plan, written: list[str] | None = None) -> str:
     if written:
         lines += ["", f"Recipes written ({len(written)} files):"] + [f"  {w}" for w in written]
     return "\n".join(lines)
+
+
+def _factors(result: Plan) -> str:
+    """Where each pool's performance-model factors come from."""
+    f = result.factors
+    link = min(x.efficiency.link for x in f.values())
+    where = (f"{f['prefill'].source}, both pools" if f["prefill"].source == f["decode"].source
+             else f"prefill {f['prefill'].source}; decode {f['decode'].source}")
+    return f"{where}; KV transfer at {link:.0%} of the link's bandwidth (the lower pool's link factor)"
+
+
+def _extras(extras: dict[str, Any]) -> str:
+    parts = []
+    if extras["speculative_model"]:
+        parts.append(f"draft {extras['speculative_model']} ({extras['speculative_method']}, "
+                     f"{extras['num_speculative_tokens']} tokens)")
+    if extras["decode_context_parallel_size"] > 1:
+        parts.append(f"decode context parallel size {extras['decode_context_parallel_size']}")
+    return f"{' and '.join(parts)}: affects {extras['affects']}"
 
 
 def _missing(value: Any) -> bool:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from pdtune.commands._common import (
+    draft_and_dcp_flags,
     emit_json,
+    gib_flag,
     int_list,
     non_negative_float,
-    non_negative_int,
-    positive_int,
     shared_flag,
+    whole_flag,
 )
+from pdtune import versions
 from pdtune.errors import InputError
-from pdtune.gpus import bundled_gpus, load_gpu
+from pdtune.gpus import load_gpu
+from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.model import load_model
 from pdtune.perfmodel import (
     DEFAULT_ACCEPTANCE,
@@ -67,9 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shared_flag(p, "model")
-    p.add_argument(
-        "--gpu", default="gb300", help=f"bundled GPU (default gb300; known: {', '.join(bundled_gpus())})"
-    )
+    p.add_argument("--gpu", default="gb300", help="bundled GPU (default gb300; data/gpus/gpus.csv lists them)")
     p.add_argument("--topology", required=True, help="e.g. TP4DP2+EP, TEP8, TP1PP6+EP, or 3xTP2DP4+EP:1xTEP8")
     p.add_argument(
         "--mode",
@@ -87,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     shared_flag(p, "--osl")
     p.add_argument(
         "--mtp",
-        type=non_negative_int,
+        type=whole_flag(MAX_SPECULATIVE_TOKENS, "draft tokens", minimum=0),
         default=0,
         metavar="K",
         help="MTP draft tokens on the decode side (default 0)",
@@ -101,25 +103,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--gpu-memory-gib",
-        type=non_negative_float,
+        type=gib_flag,
         metavar="G",
         help="device memory torch reports, in GiB (default: the GPU table's)",
     )
     shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: 0.9")
     shared_flag(p, "--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
-    shared_flag(p, "--vllm", default="0.26.1",
-                help="vLLM line whose state accounting and serving defaults apply (default 0.26.1, the article's)")
+    shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
+                help=f"vLLM line whose state accounting and serving defaults apply (default {versions.DEFAULT_VLLM}; "
+                     "the article ran 0.26.1)")
     p.add_argument(
-        "--max-num-batched-tokens", type=positive_int,
+        "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
         help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",
     )
     p.add_argument(
-        "--max-num-seqs", type=positive_int, help="running requests per DP rank (default: KV room only)"
+        "--max-num-seqs", type=whole_flag(MAX_NUM_SEQS, "sequences per engine"),
+        help="running requests per DP rank (default: KV room only)"
     )
     p.add_argument("--weights-dtype", metavar="FMT",
                    help="serve the weights as FMT (bf16, fp8, fp8-block, nvfp4, mxfp4, int4-w4a16), or "
                         "dense=FMT,experts=FMT (default: the checkpoint's quantization_config)")
     p.add_argument("--calibration", metavar="CAL", help="factors from `pdtune calibrate` (default: the GPU's)")
+    draft_and_dcp_flags(p, engines="the engine (both engines of a disaggregated deployment)")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
 
@@ -140,6 +145,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {args.acceptance}")
     if mode in ("prefill", "agg") and args.mtp:
         raise InputError("--mtp", "mtp", f"MTP is not modeled for {mode} sweeps; use decode or disagg")
+    if args.speculative_model and args.mtp:
+        raise InputError("--speculative-model", "speculative_model",
+                         "give --mtp K (the model's own MTP module) or --speculative-model with "
+                         "--num-speculative-tokens K, not both")
+    if args.num_speculative_tokens and not args.speculative_model:
+        raise InputError("--num-speculative-tokens", "num_speculative_tokens",
+                         "counts the draft tokens of --speculative-model; for MTP use --mtp K")
+    if mode == "prefill" and (args.speculative_model or args.decode_context_parallel_size > 1):
+        flag = "--speculative-model" if args.speculative_model else "--decode-context-parallel-size"
+        raise InputError(flag, flag.lstrip("-").replace("-", "_"),
+                         "sizes a decode (or aggregated) engine's KV room; use --mode decode, agg or disagg")
     isl, osl = DEFAULT_WORKLOAD[mode]
     isl = args.isl if args.isl is not None else isl
     osl = args.osl if args.osl is not None else osl
@@ -148,14 +164,14 @@ def run(args: argparse.Namespace) -> int:
         spec = parse_weights_dtype(args.weights_dtype, spec)
     gpu = load_gpu(args.gpu, memory_gib=args.gpu_memory_gib)
     if args.calibration:
-        from pdtune.commands.validate import model_name
-
-        cal = load_calibration(args.calibration, model=model_name(args.model), gpu=gpu.name)
+        cal = load_calibration(args.calibration, model=args.model, gpu=gpu.name)
         eff, eff_source = cal.efficiency, f"calibration {args.calibration}"
     else:
         defaults = gpu_defaults(gpu.name)
         eff, eff_source = defaults.efficiency, f"{gpu.name} defaults ({defaults.source})"
     config = engine_config(args, mode, gpu)
+    # DCP is the decode engine's; a draft joins both engines' caches (NIXL moves its layers' KV too).
+    prefill_config = replace(config, decode_context_parallel_size=1)
     engines: dict[str, object] = {}
     if mode == "agg":
         topo = parsed
@@ -179,11 +195,11 @@ def run(args: argparse.Namespace) -> int:
             osl=osl,
             mtp_tokens=args.mtp,
             acceptance=args.acceptance,
-            prefill_config=config,
+            prefill_config=prefill_config,
             decode_config=config,
             efficiency=eff,
         )
-        engines["prefill"] = build_engine(spec, gpu, dep.prefill, isl=isl, osl=osl, config=config)
+        engines["prefill"] = build_engine(spec, gpu, dep.prefill, isl=isl, osl=osl, config=prefill_config)
         engines["decode"] = build_engine(
             spec, gpu, dep.decode, isl=isl, osl=osl, mtp_tokens=args.mtp, config=config
         )
@@ -227,6 +243,10 @@ def run(args: argparse.Namespace) -> int:
                 "weights": spec.weights.name,
                 "efficiency": eff.to_dict(),
                 "efficiency_source": eff_source,
+                "speculative_model": config.speculative_model.name if config.speculative_model else None,
+                "num_speculative_tokens": config.num_speculative_tokens,
+                "decode_context_parallel_size": config.decode_context_parallel_size,
+                "kv_room_note": _extras_note(config),
                 "engines": memory,
                 "predictions": [p.to_dict() for p in preds],
             }
@@ -234,7 +254,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(spec.name, gpu.name, mode, label, isl, osl, args.mtp, args.acceptance, memory, preds))
         print(f"  weights {spec.weights.name}; factors: {eff_source}")
+        note = _extras_note(config)
+        if note:
+            print(f"  {note}")
     return 0
+
+
+def _extras_note(config: EngineConfig) -> str:
+    """What --speculative-model and --decode-context-parallel-size changed, and what they did not."""
+    parts = []
+    if config.speculative_model is not None:
+        parts.append(f"draft {config.speculative_model.name} ({config.num_speculative_tokens} speculative tokens): "
+                     "its layers are in the KV room; its draft passes and acceptance are not in the step time")
+    if config.decode_context_parallel_size > 1:
+        parts.append(f"DCP {config.decode_context_parallel_size}: full-attention tokens shard over the TP group "
+                     "in the KV room; the step time does not model DCP's attention all-gather")
+    return "; ".join(parts)
 
 
 def engine_config(args: argparse.Namespace, mode: str, gpu: object) -> EngineConfig:
@@ -244,7 +279,11 @@ def engine_config(args: argparse.Namespace, mode: str, gpu: object) -> EngineCon
         defaults = {"util": 0.9, "kv": "auto", "mnbt": mnbt, "seqs": seqs, "overheads": MEASURED_OVERHEADS_GIB}
     else:
         defaults = {"util": 0.92, "kv": "fp8", "mnbt": 8192, "seqs": None, "overheads": None}
+    draft = load_model(args.speculative_model) if args.speculative_model else None
     return EngineConfig(
+        speculative_model=draft,
+        num_speculative_tokens=args.num_speculative_tokens if draft is not None else 0,
+        decode_context_parallel_size=args.decode_context_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization or defaults["util"],
         kv_cache_dtype=args.kv_cache_dtype or defaults["kv"],
         vllm=args.vllm,
@@ -278,6 +317,9 @@ def render(
             f"{m['bytes_per_request'] / GiB * 1024:.0f} MiB per request per TP rank, "
             f"room for {m['capacity']} running requests (overheads: {m['overheads_source']})"
         )
+    if mode == "disagg":
+        lines.append(f"  TTFT includes {preds[0].kv_transfer_ms:.2f} ms of KV transfer per request "
+                     "(pdtune.transfer, as pdtune plan charges it)")
     lines.append(
         f"  {'concurrency':>11} {'running':>8} {'tok/s':>10} {'tok/s/GPU':>10} {'tok/s/user':>10} "
         f"{'TTFT ms':>9} {'TPOT ms':>8}  note"

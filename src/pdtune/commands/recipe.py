@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdtune.commands._common import emit_json, non_negative_int, shared_flag
+from pdtune.commands._common import emit_json, shared_flag, whole_flag
 
 EPILOG = """\
 For each --row K (a row number of the plan's table): deploy-row<K>-<deployment>.yaml (the srt-slurm recipe of the
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("plan", metavar="PLAN.json", help="output of pdtune plan --json")
-    p.add_argument("--row", type=non_negative_int, action="append", default=[], metavar="K",
+    p.add_argument("--row", type=whole_flag(1 << 20, "rows", minimum=0), action="append", default=[], metavar="K",
                    help="plan row to write (repeatable)")
     p.add_argument("--measurements", action="store_true",
                    help="also the isolated-sweep recipes of every layout in the plan's table")

@@ -6,9 +6,10 @@ import argparse
 import math
 
 from pdtune import versions
-from pdtune.commands._common import emit_json, non_negative_float, non_negative_int, positive_int, shared_flag
+from pdtune.commands._common import emit_json, gib_flag, shared_flag, whole_flag
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
+from pdtune.limits import MAX_MODEL_LEN, MAX_PARALLEL, MAX_TOKENS_PER_STEP
 from pdtune.memory import vllm_default_max_num_batched_tokens
 from pdtune.model import LayerKind, load_model
 from pdtune.state import KERNEL_BLOCK_TOKENS, SPECULATIVE_METHODS, MambaCacheMode, StatePlan, plan_state
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(p)
-    p.add_argument("--kv-cache-gib", type=non_negative_float, metavar="G",
+    p.add_argument("--kv-cache-gib", type=gib_flag, metavar="G",
                    help="KV cache memory of one GPU in GiB: adds num_blocks, max_concurrency, kv_cache_tokens")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
@@ -64,39 +65,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that pick a model and a vLLM configuration; shared with other commands."""
     shared_flag(p, "model")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size of attention (default 1)")
+    p.add_argument("--tp", type=whole_flag(MAX_PARALLEL, "ranks"), default=1, help="tensor-parallel size of attention (default 1)")
     shared_flag(p, "--kv-cache-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | bfloat16 | ... (default auto)")
     p.add_argument("--mamba-cache-dtype", default="auto", help="GDN/Mamba conv (and SSM) state dtype")
     p.add_argument("--mamba-ssm-cache-dtype", default="auto", help="GDN/Mamba SSM state dtype")
     shared_flag(p, "--isl")
     shared_flag(p, "--osl")
-    p.add_argument("--template-tokens", type=non_negative_int, default=0,
+    p.add_argument("--template-tokens", type=whole_flag(MAX_MODEL_LEN, "tokens", minimum=0), default=0,
                    help="chat-template tokens added to ISL + OSL (default 0)")
-    p.add_argument("--max-model-len", type=positive_int, help="instead of --isl/--osl")
+    p.add_argument("--max-model-len", type=whole_flag(MAX_MODEL_LEN, "tokens"), help="instead of --isl/--osl")
     shared_flag(p, "--num-speculative-tokens", help="MTP / speculative tokens per step (default 0)")
-    shared_flag(p, "--vllm", default=versions.CURRENT,
-                help=f"vLLM line whose arithmetic to follow (default {versions.CURRENT}; 0.11 = the article)")
+    shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
+                help=f"vLLM line whose arithmetic to follow (default {versions.DEFAULT_VLLM}; 0.11 = the article)")
     caching = p.add_mutually_exclusive_group()
     caching.add_argument("--prefix-caching", dest="prefix_caching", action="store_true", default=None,
                          help="prefix caching on (vLLM's default)")
     caching.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
     p.add_argument("--mamba-cache-mode", choices=[m.value for m in MambaCacheMode],
                    help="override the mode vLLM derives from prefix caching")
-    p.add_argument("--block-size", type=positive_int, help="--block-size given to vLLM (default: let vLLM pick)")
+    p.add_argument("--block-size", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens"), help="--block-size given to vLLM (default: let vLLM pick)")
     p.add_argument("--attention-backend", choices=sorted(KERNEL_BLOCK_TOKENS),
                    help="attention backend (default: FlashInfer, FlashInfer-MLA for MLA; Blackwell)")
-    p.add_argument("--max-num-batched-tokens", type=positive_int,
+    p.add_argument("--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
                    help="scheduler token budget; sizes sliding-window state (default: vLLM's for --gpu, else 8192)")
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", metavar="NAME", help="bundled GPU (gb300, h100, ...): picks vLLM's default token budget")
-    gpu.add_argument("--gpu-memory-gib", type=non_negative_float, metavar="G",
+    gpu.add_argument("--gpu-memory-gib", type=gib_flag, metavar="G",
                      help="GPU memory torch reports, in GiB: picks vLLM's default token budget")
-    p.add_argument("--speculative-model", metavar="NAME_OR_CONFIG",
-                   help="EAGLE/EAGLE3 head or draft model (bundled name or config.json); its layers join the cache")
+    shared_flag(p, "--speculative-model")
     p.add_argument("--speculative-method", choices=SPECULATIVE_METHODS,
                    help="default: eagle3/eagle from the draft's architecture, else draft_model; mtp without a draft")
-    p.add_argument("--decode-context-parallel-size", type=positive_int, default=1, metavar="N",
-                   help="DCP size: full-attention KV tokens shard over N ranks of the TP group (default 1)")
+    shared_flag(p, "--decode-context-parallel-size")
     hma = p.add_mutually_exclusive_group()
     hma.add_argument("--disable-hybrid-kv-cache-manager", dest="hybrid_kv_cache_manager", action="store_false",
                      default=None, help="sliding/chunked layers allocated as full attention")
@@ -107,7 +106,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="a KV connector (e.g. for PD transfer) that does not support the hybrid KV-cache manager")
     p.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false", default=None,
                    help="one batch in flight instead of two (0.26+ sliding/chunked state)")
-    p.add_argument("--mamba-block-size", type=positive_int, help="--mamba-block-size (prefix caching only)")
+    p.add_argument("--mamba-block-size", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens"), help="--mamba-block-size (prefix caching only)")
     p.add_argument("--kv-cache-dtype-skip-layers", default="", metavar="LIST",
                    help="comma-separated layer indices or 'sliding_window' kept in the model dtype (0.20+)")
 
@@ -132,7 +131,7 @@ def max_num_batched_tokens_from_args(args: argparse.Namespace, max_model_len: in
         gpu = load_gpu(args.gpu)
         memory, name = gpu.memory_total, gpu.name
     elif getattr(args, "gpu_memory_gib", None) is not None:
-        memory = from_gib(args.gpu_memory_gib)
+        memory = from_gib(args.gpu_memory_gib, "--gpu-memory-gib", "gpu_memory_gib")
     if memory is None:
         return 8192
     return vllm_default_max_num_batched_tokens(memory, vllm=args.vllm, device_name=name, max_model_len=max_model_len)
@@ -177,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     out = plan.to_dict()
     if args.kv_cache_gib is not None:
-        cap = plan.capacity(from_gib(args.kv_cache_gib))
+        cap = plan.capacity(from_gib(args.kv_cache_gib, "--kv-cache-gib", "kv_cache_gib"))
         out.update(
             kv_cache_gib=args.kv_cache_gib,
             num_blocks=cap.num_blocks,

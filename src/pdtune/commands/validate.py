@@ -9,9 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from pdtune.commands._common import emit_json, positive_int, shared_flag
+from pdtune.commands._common import emit_json, shared_flag, whole_flag
 from pdtune.errors import InputError
-from pdtune.gpus import GpuSpec, bundled_gpus, load_gpu
+from pdtune.gpus import GpuSpec, load_gpu
+from pdtune.limits import MAX_GPUS
 from pdtune.io import plain
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel.calibrate import Calibration, load_calibration
@@ -51,8 +52,8 @@ def add_selection_arguments(p: argparse.ArgumentParser) -> None:
     """RESULTS..., --model, --gpu, --gpus, --topology: shared with ``pdtune calibrate``."""
     p.add_argument("results", nargs="+", metavar="RESULTS", help="result files or folders (any format pdtune reads)")
     shared_flag(p, "--model", required=True)
-    p.add_argument("--gpu", required=True, help=f"the GPU the rows were measured on ({', '.join(bundled_gpus())})")
-    p.add_argument("--gpus", type=positive_int, metavar="N",
+    p.add_argument("--gpu", required=True, help="the GPU the rows were measured on (data/gpus/gpus.csv lists them)")
+    p.add_argument("--gpus", type=whole_flag(MAX_GPUS, "GPUs"), metavar="N",
                    help="only rows of N GPUs (and the count of results that do not record one)")
     p.add_argument("--topology", metavar="T",
                    help="only rows of this topology (and the topology of rows without one)")

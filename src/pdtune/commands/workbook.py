@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from pdtune.commands._common import positive_int, shared_flag
+from pdtune.commands._common import shared_flag, whole_flag
 from pdtune.paths import REPO_ROOT, params_dir
 from pdtune.workbook import (
     CELL_TIMEOUT,
@@ -50,9 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--html", action="store_true",
                    help=f"also build the executed notebooks as a book in DIR/{HTML_DIR}")
     p.add_argument("--force", action="store_true", help="replace DIR if it holds an earlier workbook output")
-    p.add_argument("--jobs", type=positive_int, default=min(2, os.cpu_count() or 1), metavar="N",
+    p.add_argument("--jobs", type=whole_flag(256, "chapters at once"), default=min(2, os.cpu_count() or 1), metavar="N",
                    help="chapters run at once (default: 2, or 1 on one core)")
-    p.add_argument("--timeout", type=positive_int, default=CELL_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=whole_flag(7 * 86400, "seconds (a week)"), default=CELL_TIMEOUT, metavar="S",
                    help=f"seconds one cell may run before its chapter fails (default {CELL_TIMEOUT})")
     p.add_argument("--book", type=Path, default=REPO_ROOT, metavar="ROOT",
                    help="the book whose _toc.yml lists the chapters (default: this repository)")

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdtune.errors import InputError
+import math
+
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.model.spec import LayerKind, MaxLength
 
 #: The keys ``derive_max_model_len_and_key`` reads, smallest value wins (``transformers_utils/
@@ -25,6 +28,23 @@ _ROPE_ALREADY_SCALED = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "de
 DEFAULT_MAX_LEN = 2048
 
 
+def bound_for(key: str) -> int:
+    """The ceiling of an integer config field, from its name (:mod:`pdtune.limits`): layer counts and layer
+    indices, head counts, expert counts, vocabulary, lengths; every other width or size ``MAX_WIDTH``."""
+    name = key.rsplit(".", 1)[-1]
+    if "layer" in name or name in ("first_k_dense_replace", "num_nextn_predict_layers"):
+        return limits.MAX_LAYERS
+    if "experts" in name:
+        return limits.MAX_EXPERTS
+    if "heads" in name:
+        return limits.MAX_HEADS
+    if name == "vocab_size":
+        return limits.MAX_VOCAB
+    if name in MAX_LEN_KEYS or name in ("attention_chunk_size", "sliding_window"):
+        return limits.MAX_MODEL_LEN
+    return limits.MAX_WIDTH
+
+
 class Config:
     """One config dict; multimodal wrappers keep the language model under ``text_config``."""
 
@@ -35,6 +55,12 @@ class Config:
         # The language model's fields win over the wrapper's (vLLM reads hf_text_config).
         self.raw = {**raw, **text} if isinstance(text, dict) else raw
         self.source = source
+
+    def with_defaults(self, defaults: dict[str, Any]) -> Config:
+        """The same config with the transformers config class's defaults under the keys it leaves out."""
+        out = Config(self.outer, self.source)
+        out.raw = {**defaults, **self.raw}
+        return out
 
     def has(self, key: str) -> bool:
         return self.raw.get(key) is not None
@@ -49,11 +75,7 @@ class Config:
             value = default
         if value is None:
             raise InputError(self.source, key, "missing")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(self.source, key, f"must be a whole number, got {value!r}")
-        if value < minimum:
-            raise InputError(self.source, key, f"must be >= {minimum}, got {value}")
-        return value
+        return limits.whole_number(value, self.source, key, minimum=minimum, maximum=bound_for(key))
 
     def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
         return self.int(key, minimum=minimum) if self.has(key) else None
@@ -63,7 +85,7 @@ class Config:
         if value is None:
             value = default
         if not isinstance(value, str):
-            raise InputError(self.source, key, "missing" if value is None else f"must be a string, got {value!r}")
+            raise InputError(self.source, key, "missing" if value is None else f"must be a string, got {brief(value)}")
         return value
 
     def list(self, key: str) -> list[Any]:
@@ -84,9 +106,19 @@ class Config:
         name = f"{parent}.{key}"
         if value is None:
             raise InputError(self.source, name, "missing")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(self.source, name, f"must be a positive whole number, got {value!r}")
-        return value
+        return limits.whole_number(value, self.source, name, maximum=bound_for(name))
+
+    def layer_indices(self, key: str, n: int) -> set[int]:
+        """A list of layer indices (``mlp_only_layers``): whole numbers from 0 to ``n - 1``; absent is empty."""
+        value = self.raw.get(key)
+        if value is None:
+            return set()
+        if not isinstance(value, list):
+            raise InputError(self.source, key, f"must be a list of layer indices, got {brief(value)}")
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < n:
+                raise InputError(self.source, key, f"must hold layer indices 0 to {n - 1}, got {brief(item)}")
+        return set(value)
 
     def layer_types(self, n: int, mapping: dict[str, LayerKind], key: str = "layer_types") -> tuple[LayerKind, ...]:
         """``layer_types``: one known name per layer."""
@@ -118,7 +150,14 @@ class Config:
                 rope_type = "default"
             if rope_type not in _ROPE_ALREADY_SCALED:
                 value = entry.get("factor", factor)
-                factor = 1.0 if value is None else float(value)
+                if value is None:
+                    factor = 1.0
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                        or not 0 < value <= 1024:
+                    raise InputError(self.source, "rope_scaling.factor",
+                                     f"must be a number in (0, 1024], got {brief(value)}")
+                factor = float(value)
         return factor
 
     def max_length(self, model_type: str) -> MaxLength:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from pdtune import guarded
 from pdtune.errors import InputError
 from pdtune.model.config import Config
-from pdtune.model.families import FAMILIES, SUPPORTED_MODEL_TYPES, family_of
+from pdtune.model.families import CONFIG_CLASS_DEFAULTS, FAMILIES, SUPPORTED_MODEL_TYPES, family_of
 from pdtune.model.families.common import model_dtype
 from pdtune.model.spec import ModelSpec
 from pdtune.paths import models_dir
@@ -26,6 +26,8 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     candidate = Path(text)
     if candidate.is_file():
         return candidate
+    if candidate.exists() and not candidate.is_dir():  # a FIFO or a device: said so, never opened
+        guarded.check_regular(candidate, "config.json")
     if candidate.is_dir():
         inner = candidate / "config.json"
         if inner.is_file():
@@ -40,13 +42,11 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(path, "config.json", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, "config.json", f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except OSError as exc:
-        raise InputError(path, "config.json", f"unreadable: {exc.strerror}") from None
+        raw = guarded.read_json(path, "config.json")
+    except InputError as exc:
+        if exc.field in ("file", "json"):
+            raise InputError(exc.source, "config.json", exc.message) from None
+        raise
     if not isinstance(raw, dict):
         raise InputError(path, "config.json", "top level must be a JSON object")
     return raw
@@ -77,6 +77,8 @@ def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: 
         why = NOT_MODELLED.get(model_type, "unknown architecture")
         raise InputError(source, "model_type",
                          f"{why} {model_type!r}; pdtune understands: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if family in CONFIG_CLASS_DEFAULTS:
+        cfg = cfg.with_defaults(CONFIG_CLASS_DEFAULTS[family])
     archs = raw.get("architectures") or cfg.raw.get("architectures") or [model_type]
     architecture = str(archs[0]) if isinstance(archs, list) and archs else model_type
     text_type = cfg.text.get("model_type") if cfg.text is not None else None

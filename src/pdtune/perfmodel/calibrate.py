@@ -21,6 +21,7 @@ A file for another model or GPU than the one it is used with is rejected naming 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from pdtune import __version__
-from pdtune.errors import InputError
+from pdtune import __version__, limits
+from pdtune.errors import InputError, brief
+from pdtune.guarded import read_yaml
 from pdtune.gpus import GpuSpec
 from pdtune.io import atomic_write_text
 from pdtune.model import ModelSpec
@@ -76,10 +78,14 @@ class Calibration:
         return head + yaml.safe_dump(doc, sort_keys=False)
 
     def check(self, model: str | None = None, gpu: str | None = None) -> Calibration:
-        """This calibration, if it is for ``model`` and ``gpu``; else a one-line InputError naming the field."""
+        """This calibration, if it is for ``model`` and ``gpu``; else a one-line InputError naming the field.
+
+        ``model`` is what a command was given: a bundled name, a folder, its ``config.json`` (the folder's
+        name), or a results' model id (its last path component); every command passes it as given."""
         where = self.source or "calibration"
-        if model is not None and model_key(model) != self.model:
-            raise InputError(where, "model", f"calibrated for {self.model}, not {model_key(model)}")
+        key = model_key(Path(model).parent.name if model is not None and str(model).endswith(".json") else model)
+        if model is not None and key != self.model:
+            raise InputError(where, "model", f"calibrated for {self.model}, not {key}")
         if gpu is not None and gpu.strip().lower() != self.gpu:
             raise InputError(where, "gpu", f"calibrated for {self.gpu}, not {gpu.strip().lower()}")
         return self
@@ -88,12 +94,7 @@ class Calibration:
 def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | None = None) -> Calibration:
     """Read a calibration file (checked against ``model`` and ``gpu`` when given)."""
     source = Path(path)
-    try:
-        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(source, "file", f"unreadable: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(source, "yaml", f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    raw = read_yaml(source)  # the guarded reader: file type, size, UTF-8, depth, aliases, duplicate keys
     if not isinstance(raw, dict) or "pdtune_calibration" not in raw:
         raise InputError(source, "pdtune_calibration", "missing: not a pdtune calibration file")
     for key in ("model", "gpu", "factors"):
@@ -107,8 +108,8 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
         raise InputError(source, f"factors.{unknown[0]}", f"unknown factor; known: {', '.join(FACTORS)}")
     values: dict[str, float] = {}
     for name, value in factors.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(source, f"factors.{name}", f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(source, f"factors.{name}", f"expected a finite number, got {brief(value)}")
         values[name] = float(value)
     try:
         eff = Efficiency(**values)
@@ -116,6 +117,20 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
         raise InputError(source, f"factors.{exc.field}", exc.message) from None
     fitted = raw.get("fitted_on") or {}
     held = raw.get("held_out") or {}
+    for key in ("model", "gpu"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise InputError(source, key, f"expected a name, got {brief(raw[key])}")
+    for key, section in (("fitted_on", fitted), ("held_out", held)):
+        if not isinstance(section, dict):
+            raise InputError(source, key, f"expected a mapping, got {brief(section)}")
+        rows = section.get("rows")
+        if rows is not None:
+            limits.whole_number(rows, str(source), f"{key}.rows", minimum=0)
+        for item in ("deployments", "results"):
+            if section.get(item) is not None and not isinstance(section[item], list):
+                raise InputError(source, f"{key}.{item}", f"expected a list, got {brief(section[item])}")
+    if raw.get("vllm") is not None and not isinstance(raw["vllm"], list):
+        raise InputError(source, "vllm", f"expected a list of versions, got {brief(raw['vllm'])}")
     cal = Calibration(
         model=model_key(raw["model"]),
         gpu=str(raw["gpu"]).strip().lower(),
@@ -181,5 +196,5 @@ def calibrate(
 
 
 def write_calibration(path: str | Path, cal: Calibration) -> None:
-    atomic_write_text(path, cal.to_yaml())
+    atomic_write_text(path, cal.to_yaml(), "--out")
 

@@ -19,7 +19,6 @@ A GPU the file does not list uses the article's factors.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pdtune.errors import InputError
+from pdtune.errors import InputError, brief
+from pdtune.guarded import bundled, read_csv
 from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
@@ -66,25 +66,30 @@ class GpuDefaults:
 @cache
 def _table(path: str) -> dict[str, GpuDefaults]:
     source = Path(path)
-    if not source.is_file():
+    if not source.exists():
         return {}
+    with bundled():  # the guarded reader; a broken row is the bundled data's fault
+        return _read_table(source)
+
+
+def _read_table(source: Path) -> dict[str, GpuDefaults]:
     out: dict[str, GpuDefaults] = {}
-    with source.open(encoding="utf-8", newline="") as fh:
-        for i, row in enumerate(csv.DictReader(line for line in fh if not line.startswith("#")), start=2):
-            where = f"{source}:{i}"
-            values: dict[str, float] = {}
-            for name in FACTORS:
-                text = (row.get(name) or "").strip()
-                if text:
-                    try:
-                        values[name] = float(text)
-                    except ValueError:
-                        raise InputError(where, name, f"expected a number, got {text!r}") from None
-            gpu = (row.get("gpu") or "").strip().lower()
-            if not gpu:
-                raise InputError(where, "gpu", "empty")
-            out[gpu] = GpuDefaults(gpu, Efficiency(**values), (row.get("source") or "").strip(),
-                                   (row.get("note") or "").strip())
+    _header, rows = read_csv(source)
+    for i, row in rows:
+        where = f"{source}:{i}"
+        values: dict[str, float] = {}
+        for name in FACTORS:
+            text = (row.get(name) or "").strip()
+            if text:
+                try:
+                    values[name] = float(text)
+                except ValueError:
+                    raise InputError(where, name, f"expected a number, got {brief(text)}") from None
+        gpu = (row.get("gpu") or "").strip().lower()
+        if not gpu:
+            raise InputError(where, "gpu", "empty")
+        out[gpu] = GpuDefaults(gpu, Efficiency(**values), (row.get("source") or "").strip(),
+                               (row.get("note") or "").strip())
     return out
 
 

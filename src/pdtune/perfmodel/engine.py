@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
-import pandas as pd
-
 from pdtune.errors import InputError
+from pdtune.guarded import bundled, read_frame
 from pdtune.gpus import GpuSpec
 from pdtune.memory import Waterfall, weights_per_gpu
 from pdtune.model import LayerKind, ModelSpec
@@ -77,6 +76,11 @@ class EngineConfig:
     max_num_seqs: int | None = None  # None: only the KV cache limits running requests
     template_tokens: int = 0  # chat-template tokens added to every request
     overheads_gib: tuple[float, float, float] | None = None  # (activation, non-torch, graphs); None: table 3
+    # KV room only (pdtune.state): an EAGLE head's or draft model's layers join the cache with its draft
+    # tokens; DCP shards full-attention tokens over the TP group. Neither changes the step model.
+    speculative_model: ModelSpec | None = None
+    num_speculative_tokens: int = 0  # the speculative model's draft tokens (MTP uses ``mtp_tokens``)
+    decode_context_parallel_size: int = 1
     max_capture_size: int | None = None  # largest CUDA-graph batch; None: vLLM's default
 
     @property
@@ -119,7 +123,9 @@ def engine_overheads(topology: Topology, mtp: bool, config: EngineConfig) -> Ove
     if config.overheads_gib is not None:
         act, non_torch, graphs = config.overheads_gib
         return Overheads(from_gib(act), from_gib(non_torch), from_gib(graphs), "given")
-    table = pd.read_csv(article_dir() / "table3_memory_per_engine.csv")
+    with bundled():
+        table = read_frame(article_dir() / "table3_memory_per_engine.csv",
+                           ("topology", "mtp", "run", "activation_peak_gib", "non_torch_gib", "cudagraph_estimate_gib"))
     layouts = {"TP8": (8, 1), "TP4DP4": (4, 4)}  # the article's decode engines (both with +EP experts)
     matching = [
         row
@@ -695,9 +701,11 @@ def build_engine(
         max_model_len=isl + osl + config.template_tokens,
         tp=topology.tp,
         kv_cache_dtype=config.kv_cache_dtype,
-        num_speculative_tokens=mtp_tokens,
+        num_speculative_tokens=mtp_tokens or config.num_speculative_tokens,
         vllm=config.vllm,
         prefix_caching=False,
+        speculative_model=config.speculative_model,
+        decode_context_parallel_size=config.decode_context_parallel_size,
     )
     weights = stage_weights(spec, topology, mtp=mtp_tokens > 0)
     overheads = engine_overheads(topology, mtp_tokens > 0, config)

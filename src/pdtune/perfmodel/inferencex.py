@@ -19,8 +19,6 @@ What a row does not record, and what is assumed instead (the same for every row)
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import replace
 from fractions import Fraction
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pdtune import guarded
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
 from pdtune.model import ModelSpec, load_model
@@ -59,12 +58,10 @@ def dsr1_fp4_spec() -> ModelSpec:
 def read_points(path: str | Path | None = None) -> list[dict[str, str]]:
     """The CSV's rows (its ``#`` licence lines skipped) as dicts of raw strings."""
     source = Path(path) if path is not None else inferencex_file()
-    try:
-        text = source.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(source, "file", f"unreadable: {exc.strerror}") from None
+    text = guarded.read_text(source, "file")
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    rows = list(csv.DictReader(io.StringIO(body)))
+    _header, table = guarded.parse_csv(body, source)
+    rows = [row for _, row in table]
     if not rows:
         raise InputError(source, "rows", "no data rows")
     return rows

@@ -22,7 +22,9 @@ with ``K`` MTP draft tokens and keeps ``1 + K * A`` of them on average (``A`` = 
 **Disaggregated.** ``x`` prefill engines feed ``y`` decode engines. In steady state ``B`` of the ``C``
 requests are decoding and ``C - B`` are in prefill (queued or running); the request rate out of prefill with
 ``C - B`` requests equals the rate out of decode with ``B``. That balance has exactly one solution (one rate
-rises with ``B``, the other falls), found by bisection; decode holds at most its KV room.
+rises with ``B``, the other falls), found by bisection; decode holds at most its KV room. Every request's
+TTFT then gains its KV transfer from the prefill to the decode engine, :func:`kv_transfer`: the rule of
+:mod:`pdtune.transfer`, the same one ``pdtune plan`` charges (``kv_transfer_ms`` of each prediction).
 
 Latencies are modeled means: a deterministic model has no spread, so median and p99 equal the mean. Every TTFT
 includes the efficiency's ``request_overhead_s`` (the front end's share; 0 in the article's factors).
@@ -41,8 +43,8 @@ from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
-from pdtune.perfmodel.network import collective_cost
 from pdtune.topology import Deployment, Topology
+from pdtune.transfer import Transfer, pool_link, request_transfer
 
 #: Default workloads of the article.
 PREFILL_ISL, PREFILL_OSL = 8192, 2
@@ -77,6 +79,7 @@ class Prediction:
     kv_capacity: int  # running requests the (decode) engines hold
     kv_limited: bool  # requests wait for KV room (the decode side is full, for a disaggregated deployment)
     step: dict[str, float] = field(default_factory=dict)  # seconds per kind of work in the limiting step
+    kv_transfer_ms: float = 0.0  # disaggregated: one request's KV transfer, a term of ``ttft_ms`` (pdtune.transfer)
 
     @property
     def gpus_total(self) -> int:
@@ -476,7 +479,8 @@ def predict_disagg(
     x, y = deployment.n_prefill, deployment.n_decode
     context = isl + osl / 2
     decode_cap = y * decode.capacity
-    transfer = kv_transfer_seconds(decode, gpu, efficiency, deployment_gpus=deployment.gpus_total)
+    transfer = kv_transfer_seconds(spec, gpu, deployment, isl=isl, osl=osl, mtp_tokens=mtp_tokens,
+                                   config=decode.config, efficiency=efficiency)
 
     def prefill_rate(n: float) -> float:
         return x * _prefill_service(prefill, n / x, isl, 1, efficiency).rate
@@ -533,14 +537,39 @@ def predict_disagg(
                 kv_capacity=decode_cap,
                 kv_limited=b >= decode_cap,
                 step=dsvc.step,
+                kv_transfer_ms=1000 * transfer,
             )
         )
     return out
 
 
-def kv_transfer_seconds(decode: Engine, gpu: GpuSpec, eff: Efficiency, *, deployment_gpus: int = 2) -> float:
-    """Moving one request's prefilled state to the decode engine, one GPU's share (NIXL): over NVLink while
-    the whole deployment fits one NVLink domain, else over the scale-out network with its latency."""
-    per_rank = decode.plan.bytes_per_request  # one TP rank's state for the whole request
-    cost = collective_cost(gpu, deployment_gpus if gpu.crosses_network(deployment_gpus) else 2, per_rank, 1, eff)
-    return cost.seconds
+def kv_transfer(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    *,
+    isl: int,
+    osl: int,
+    mtp_tokens: int,
+    config: EngineConfig,
+    efficiency: Efficiency,
+    decode_gpu: GpuSpec | None = None,
+) -> Transfer:
+    """One request's KV transfer from ``deployment``'s prefill engine to its decode engine, by the one rule
+    ``pdtune plan`` uses too (:func:`pdtune.transfer.request_transfer`): the prompt's state per TP rank on each
+    side (re-sharded when TP differs, the P/D block-size fix applied), over NVLink while the deployment fits
+    one NVLink domain, else the slower end's NIC, at the efficiency's ``link`` share of the bandwidth."""
+    link = pool_link(gpu, decode_gpu or gpu, deployment.gpus_total)
+    return request_transfer(
+        spec, deployment.prefill, deployment.decode, link, isl=isl, osl=osl, kv_cache_dtype=config.kv_cache_dtype,
+        vllm=config.vllm, num_speculative_tokens=mtp_tokens or config.num_speculative_tokens,
+        efficiency=efficiency.link, speculative_model=config.speculative_model,
+        decode_context_parallel_size=config.decode_context_parallel_size,
+    )
+
+
+def kv_transfer_seconds(spec: ModelSpec, gpu: GpuSpec, deployment: Deployment, *, isl: int, osl: int,
+                        mtp_tokens: int, config: EngineConfig, efficiency: Efficiency) -> float:
+    """Seconds :func:`kv_transfer` adds to every request's TTFT."""
+    return kv_transfer(spec, gpu, deployment, isl=isl, osl=osl, mtp_tokens=mtp_tokens, config=config,
+                       efficiency=efficiency).seconds

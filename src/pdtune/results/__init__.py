@@ -12,11 +12,16 @@ deployment x concurrency with the columns :data:`TIDY_COLUMNS`:
 
 GPU counts come from the files where they record them, else from ``--gpus`` or a
 :data:`~pdtune.results.gpus.SIDECAR_NAME` file; otherwise loading stops with an error.
+
+The loader and the table (pandas) are imported when first used, so that reading a GPU-count sidecar, or
+building the ``pdtune`` command line, does not pay for pandas.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
-from pdtune.results.loader import load_results
-from pdtune.results.schema import TIDY_COLUMNS
 
 __all__ = [
     "SIDECAR_NAME",
@@ -25,3 +30,13 @@ __all__ = [
     "load_results",
     "parse_gpus",
 ]
+
+_LAZY = {"load_results": "pdtune.results.loader", "TIDY_COLUMNS": "pdtune.results.schema"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pdtune.results' has no attribute {name!r}")

@@ -35,6 +35,7 @@ _METRICS: dict[str, tuple[str, ...]] = {
     "isl": ("input_sequence_length",),
     "osl": ("output_sequence_length",),
     "total_isl": ("total_isl",),
+    "total_osl": ("total_osl",),
     "duration": ("benchmark_duration",),
 }
 
@@ -92,6 +93,11 @@ class _Metrics:
                 raise InputError(self.source, self.prefix + key, "expected an object with unit and statistics")
         return None
 
+    def field(self, name: str, stat: str) -> str:
+        """The file's name for one statistic of a metric, for error messages."""
+        found = self.find(name)
+        return f"{self.prefix}{found[0] if found else _METRICS[name][0]}.{stat}"
+
     def stat(self, name: str, stat: str, *, to_ms: bool = False, to_s: bool = False) -> float | None:
         found = self.find(name)
         if found is None:
@@ -128,11 +134,11 @@ def rows(path: Path, record: dict[str, Any]) -> list[Row]:
                 return whole(value, source, f"run_info.variation_values.{key}")
         hit = _CLI[name].search(cli)
         if hit:
-            return int(hit.group(1))
+            return whole(hit.group(1), source, f"cli_command (--{name})")
         for folder in list(path.parents)[:3]:
             hit = _DIR[name].search(folder.name)
             if hit:
-                return int(hit.group(1))
+                return whole(hit.group(1), f"{folder} (folder name)", name)
         return None
 
     concurrency = lookup("concurrency", _config_concurrency(config))
@@ -175,7 +181,13 @@ def rows(path: Path, record: dict[str, Any]) -> list[Row]:
         "_fields": {
             "tpot_ms_p50": f"{m.prefix}inter_token_latency.p50",
             "throughput": f"{m.prefix}output_token_throughput.avg",
+            "total_tps": m.field("total_tps", "avg"), "output_tps": m.field("output_tps", "avg"),
+            "ttft_ms_p50": m.field("ttft", "p50"), "ttft_ms_p99": m.field("ttft", "p99"),
+            "tpot_ms_p99": m.field("tpot", "p99"), "output_tokens": m.field("total_osl", "avg"),
+            "duration": m.field("duration", "avg"),
         },
+        "_output_tokens": m.stat("total_osl", "avg"),
+        "_duration_s": m.stat("duration", "avg", to_s=True),
     }
     row.update(deployment_fields(record, source))
     return [row]

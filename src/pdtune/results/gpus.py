@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pdtune.errors import InputError
+from pdtune import guarded
+from pdtune.errors import InputError, brief
+from pdtune.limits import MAX_GPUS, bound
 
 #: Name of the optional file that states the GPU counts of the results in its folder.
 SIDECAR_NAME = "pdtune-gpus.yaml"
@@ -72,9 +72,10 @@ class GpuCounts:
 def _check(prefill: Any, decode: Any, total: Any, source: str) -> None:
     for name, value in (("prefill", prefill), ("decode", decode), ("total", total)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(source, f"gpus.{name}", f"expected a whole number, got {value!r}")
+            raise InputError(source, f"gpus.{name}", f"expected a whole number, got {brief(value)}")
         if value < 0:
             raise InputError(source, f"gpus.{name}", f"must not be negative, got {value}")
+        bound(value, MAX_GPUS, source, f"gpus.{name}", "GPUs pdtune accepts")
     if total <= 0:
         raise InputError(source, "gpus.total", f"must be positive, got {total}")
     if prefill + decode != total:
@@ -85,13 +86,16 @@ def counts_from_mapping(values: dict[str, Any], source: str) -> GpuCounts:
     """``{prefill, decode}``, ``{total}`` or all three (which must agree)."""
     unknown = sorted(set(values) - set(_KEYS))
     if unknown:
-        raise InputError(source, "gpus", f"unknown key {unknown[0]!r} (expected prefill, decode, total)")
+        raise InputError(source, "gpus", f"unknown key {brief(unknown[0])} (expected prefill, decode, total)")
     parsed: dict[str, int] = {}
     for key, value in values.items():
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+            if not _is_count(value):
+                raise InputError(source, f"gpus.{key}", f"a number with {len(value.strip()):,} digits is more "
+                                                        f"than the {MAX_GPUS:,} GPUs pdtune accepts")
             value = int(value.strip())
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(source, f"gpus.{key}", f"expected a whole number, got {value!r}")
+            raise InputError(source, f"gpus.{key}", f"expected a whole number, got {brief(value)}")
         parsed[key] = value
     prefill, decode, total = parsed.get("prefill"), parsed.get("decode"), parsed.get("total")
     if prefill is None and decode is None:
@@ -106,27 +110,31 @@ def counts_from_mapping(values: dict[str, Any], source: str) -> GpuCounts:
     return GpuCounts(*counts)
 
 
+def _is_count(text: str) -> bool:
+    """ASCII digits only, and few enough of them to be a count (``"²".isdigit()`` is true, ``int("²")`` fails)."""
+    text = text.strip()
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def parse_gpus(spec: str, source: str = "--gpus") -> GpuCounts:
     """``24`` (aggregated total), ``prefill=8,decode=16``, or ``total=24``."""
     text = spec.strip()
-    if text.isdigit():
-        return counts_from_mapping({"total": int(text)}, source)
+    if text.isascii() and text.isdigit():
+        return counts_from_mapping({"total": text}, source)
     values: dict[str, Any] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
         if not sep:
-            raise InputError(source, "gpus", f"expected N or prefill=N,decode=M, got {spec!r}")
+            raise InputError(source, "gpus", f"expected N or prefill=N,decode=M, got {brief(spec)}")
         values[key.strip().lower()] = value.strip()
     return counts_from_mapping(values, source)
 
 
 def read_sidecar(path: Path) -> GpuCounts:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, "gpus", f"unreadable: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(path, "gpus", f"not valid YAML: {str(exc).splitlines()[0]}") from None
+        raw = guarded.read_yaml(path, "gpus")
+    except InputError as exc:
+        raise InputError(exc.source, "gpus", exc.message) from None
     if isinstance(raw, int) and not isinstance(raw, bool):
         raw = {"total": raw}
     if not isinstance(raw, dict):
@@ -150,7 +158,7 @@ class SidecarFinder:
                 break
             chain.append(current)
             candidate = current / SIDECAR_NAME
-            if candidate.is_file():
+            if candidate.exists():  # a sidecar that is a folder or a FIFO is reported, not skipped
                 found = (candidate, read_sidecar(candidate))
                 break
             if current == stop or current.parent == current:

@@ -81,7 +81,10 @@ def rows(path: Path) -> list[Row]:
             "gpus": gpus,
             "modeled": False,
             "_label": label,
-            "_fields": {"tpot_ms_p50": "Median TPOT (ms)", "throughput": "Throughput/GPU (tok/s)"},
+            "_fields": {"tpot_ms_p50": "Median TPOT (ms)", "throughput": "Throughput/GPU (tok/s)",
+                        "total_tps": "Throughput/GPU (tok/s)", "output_tps": "Output Throughput/GPU (tok/s)",
+                        "ttft_ms_p50": "Median TTFT (ms)", "ttft_ms_p99": "P99 TTFT (ms)",
+                        "tpot_ms_p99": "P99 TPOT (ms)"},
         })
     if not out:
         raise InputError(path, "rows", "the CSV has a header but no rows")

@@ -10,12 +10,14 @@ in ``data/clusters/llm-d-vllm-memory/`` says where it came from.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import pandas as pd
 
 from pdtune.errors import InputError
+from pdtune.limits import MAX_MEASURE
 from pdtune.results._read import read_text
 from pdtune.results.schema import number, whole
 
@@ -75,7 +77,9 @@ def read_memory_table(path: str | Path) -> pd.DataFrame:
                 try:
                     row[col] = float(cell)
                 except ValueError:
-                    raise InputError(where, head, f"expected a number, got {cell!r}") from None
+                    raise InputError(where, head, f"expected a number, got {cell[:40]!r}") from None
+                if not math.isfinite(row[col]) or abs(row[col]) > MAX_MEASURE:  # type: ignore[arg-type]
+                    raise InputError(where, head, f"expected a finite number, got {cell[:40]!r}")
             else:
                 row[col] = number(cell, where, head, required=True)
         rows.append(row)

@@ -23,11 +23,12 @@ from typing import Any
 
 import pandas as pd
 
+from pdtune import guarded
 from pdtune.errors import InputError
 from pdtune.results import aic_silicon, aiperf, inferencex, sglang, srt_slurm, vllm_bench
 from pdtune.results._read import csv_header, read_records, read_text
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, SidecarFinder
-from pdtune.results.schema import Row, frame
+from pdtune.results.schema import Row, check_measured, frame
 
 _SKIP_NAMES = {"profile_export.jsonl", "inputs.json", "benchmark-rollup.json", SIDECAR_NAME}
 _SUFFIXES = {".json", ".jsonl", ".csv"}
@@ -89,7 +90,10 @@ class _Loader:
         files: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            files += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")]
+            # only regular files: a FIFO, socket or device in a results folder is not a result (and a FIFO
+            # would block the open); a broken link is nothing at all
+            files += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")
+                      and _is_regular(Path(dirpath) / f)]
         result_dirs = {p.parent for p in files if srt_slurm.is_result_name(p.name)}
         rows: list[Row] = []
         for path in files:
@@ -118,6 +122,9 @@ class _Loader:
             raise InputError(label, fields.get("tpot_ms_p50", "median TPOT"), "missing: interactivity needs TPOT")
         if tpot is not None and tpot <= 0:
             raise InputError(label, fields.get("tpot_ms_p50", "median TPOT"), f"must be positive, got {tpot:g}")
+        check_measured(row, label, fields)
+        row.pop("_output_tokens", None)
+        row.pop("_duration_s", None)
         counts: GpuCounts | None = row.pop("gpus", None)
         if counts is None:
             folder = Path(row["path"]).parent
@@ -144,6 +151,13 @@ class _Loader:
             row["tps_per_gpu"] = row["output_tps_per_decode_gpu"] = None
         row.setdefault("modeled", False)
         return row
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return guarded.describe_mode(os.stat(path).st_mode) is None
+    except OSError:
+        return False
 
 
 def _under(path: Path, folder: Path) -> bool:
@@ -175,7 +189,8 @@ def load_results(
     for path in targets:
         if path.is_dir():
             raw += loader.folder(path)
-        elif path.is_file():
+        elif path.exists():
+            guarded.check_regular(path, "path")  # a FIFO or a device named on the command line
             raw += [dict(r, _root=path.parent) for r in loader.file(path, explicit=True)]
         else:
             raise InputError(path, "path", "no such file or folder")

@@ -59,7 +59,11 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         "tpot_ms_mean": number(record.get("mean_tpot_ms"), label, "mean_tpot_ms"),
         "tpot_ms_p99": number(record.get("p99_tpot_ms"), label, "p99_tpot_ms"),
         "_label": label,
-        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput"},
+        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput",
+                    "total_tps": "total_throughput", "output_tps": "output_throughput",
+                    "ttft_ms_p50": "median_ttft_ms", "ttft_ms_p99": "p99_ttft_ms", "tpot_ms_p99": "p99_tpot_ms"},
+        "_output_tokens": number(record.get("total_output_tokens"), label, "total_output_tokens"),
+        "_duration_s": number(record.get("duration"), label, "duration"),
     }
     row.update(deployment_fields(record, label))
     return [row]

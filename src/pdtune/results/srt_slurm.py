@@ -25,7 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pdtune import guarded
 from pdtune.errors import InputError
+from pdtune.limits import MAX_CONCURRENCY, MAX_GPUS, MAX_MODEL_LEN, bound
 from pdtune.results import sglang, vllm_bench
 from pdtune.results._read import read_csv, read_records
 from pdtune.results.gpus import GpuCounts
@@ -124,8 +126,8 @@ class MetadataFinder:
             if not candidate.is_file():
                 continue
             try:
-                record = json.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                record = guarded.read_json(candidate)
+            except InputError:
                 continue  # not the metadata; a broken metadata file is reported when loaded directly
             if isinstance(record, dict) and is_metadata(record):
                 found = parse_metadata(candidate, record)
@@ -142,11 +144,15 @@ def _name_hints(path: Path) -> tuple[dict[str, int], GpuCounts | None]:
     gpus = None
     hit = _RESULT.match(path.name) or _OLD.match(path.name)
     if hit:
+        source = f"{path} (file name)"
         groups = hit.groupdict()
+        for key, maximum in (("c", MAX_CONCURRENCY), ("p", MAX_GPUS), ("d", MAX_GPUS), ("t", MAX_GPUS),
+                             ("isl", MAX_MODEL_LEN), ("osl", MAX_MODEL_LEN)):
+            if groups.get(key) is not None:  # a file name holds at most 255 digits: int() is safe, then bounded
+                bound(int(groups[key]), maximum, source, _NAME_FIELDS[key])
         hints["concurrency"] = int(groups["c"])
         if groups.get("isl"):
             hints["isl"], hints["osl"] = int(groups["isl"]), int(groups["osl"])
-        source = f"{path} (file name)"
         if groups.get("p") is not None:
             prefill, decode = int(groups["p"]), int(groups["d"])
             total = int(groups["t"]) if groups.get("t") else prefill + decode
@@ -158,8 +164,12 @@ def _name_hints(path: Path) -> tuple[dict[str, int], GpuCounts | None]:
                 raise InputError(source, "gpus", "is 0")
             gpus = GpuCounts.aggregated(int(groups["t"]))
     if "isl" not in hints and (folder := _BENCH_DIR.search(path.parent.name)):
-        hints["isl"], hints["osl"] = int(folder.group("isl")), int(folder.group("osl"))
+        hints["isl"], hints["osl"] = (bound(int(folder.group(k)), MAX_MODEL_LEN, f"{path.parent} (folder name)", k)
+                                      for k in ("isl", "osl"))
     return hints, gpus
+
+
+_NAME_FIELDS = {"c": "concurrency", "p": "gpus (ctx)", "d": "gpus (gen)", "t": "gpus", "isl": "isl", "osl": "osl"}
 
 
 def result_rows(path: Path, metadata: JobMetadata | None) -> list[Row]:
@@ -241,7 +251,8 @@ def rollup_rows(path: Path, metadata: JobMetadata | None) -> list[Row]:
             "tpot_ms_p50": col["Median TPOT"],
             "modeled": False,
             "_label": label,
-            "_fields": {"tpot_ms_p50": "Median TPOT", "throughput": "Total Token Throughput"},
+            "_fields": {"tpot_ms_p50": "Median TPOT", "throughput": "Total Token Throughput",
+                        "total_tps": "Total Token Throughput", "output_tps": "Output Token Throughput"},
         }
         if gpus is not None:
             row["gpus"] = gpus

@@ -79,7 +79,7 @@ class _PerRequest:
             out = np.asarray(lens, dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError(source, "ttfts", "per-request arrays must hold numbers") from None
-        if ttft.ndim != 1 or not (np.isfinite(ttft).all() and np.isfinite(out).all()):
+        if ttft.ndim != 1 or out.ndim != 1 or not (np.isfinite(ttft).all() and np.isfinite(out).all()):
             raise InputError(source, "ttfts", "per-request arrays hold NaN, infinite or nested values")
         ok = out > 0
         if failed:
@@ -174,7 +174,11 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         "tpot_ms_mean": number(record.get("mean_tpot_ms"), label, "mean_tpot_ms"),
         "tpot_ms_p99": tpot_p99 if tpot_p99 is not None else detail.ms("tpot", 99),
         "_label": label,
-        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput"},
+        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput",
+                    "total_tps": "total_token_throughput", "output_tps": "output_throughput",
+                    "ttft_ms_p50": "median_ttft_ms", "ttft_ms_p99": "p99_ttft_ms", "tpot_ms_p99": "p99_tpot_ms"},
+        "_output_tokens": number(record.get("total_output_tokens"), label, "total_output_tokens"),
+        "_duration_s": duration,
     }
     row.update(deployment_fields(record, label))
     return [row]

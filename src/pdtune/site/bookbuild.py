@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pdtune.errors import InputError
+from pdtune.guarded import read_yaml
 from pdtune.paths import REPO_ROOT
 from pdtune.site.render import CHART_CLASS, STATIC_BUILD_ENV
 from pdtune.site.vendor import VEGA_BUNDLE
@@ -34,9 +33,10 @@ _CONTAINER_KEYS = ("parts", "chapters", "sections")
 def toc_entries(toc_path: Path) -> list[str]:
     """Every ``root``/``file`` entry of a jupyter-book ``_toc.yml``, in reading order, as written."""
     try:
-        data = yaml.safe_load(Path(toc_path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(toc_path, "-", f"cannot read the table of contents: {exc}") from None
+        data = read_yaml(toc_path)
+    except InputError as exc:  # one line: where, and what (the guarded reader cuts the parser's message)
+        raise InputError(exc.source, exc.field if exc.field.startswith("line") else "-",
+                         f"cannot read the table of contents: {exc.message}") from None
     if not isinstance(data, dict) or not isinstance(data.get("root"), str):
         raise InputError(toc_path, "root", "a jupyter-book _toc.yml needs a 'root' file")
     entries = [data["root"]]

@@ -32,6 +32,7 @@ import yaml
 
 from pdtune.errors import InputError
 from pdtune.io import atomic_write_text
+from pdtune.guarded import read_yaml
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME, check_toc, resolve_entry, toc_entries
 from pdtune.site.render import STATIC_BUILD_ENV
@@ -140,7 +141,7 @@ def execute_into_cache(
 
 def write_cached_config(book_root: Path, cache_dir: Path, dest: Path) -> Path:
     """A copy of the book's ``_config.yml`` that reads executed notebooks from ``cache_dir``."""
-    config = yaml.safe_load((Path(book_root) / CONFIG_NAME).read_text(encoding="utf-8"))
+    config = read_yaml(Path(book_root) / CONFIG_NAME, CONFIG_NAME)
     execute = dict(config.get("execute") or {})
     execute.update(execute_notebooks="cache", cache=str(Path(cache_dir).resolve()))
     config["execute"] = execute

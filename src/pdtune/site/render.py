@@ -146,14 +146,21 @@ def chart_html(chart: alt.TopLevelMixin, chart_id: str) -> str:
     return spec_html(chart.to_dict(), ID_PREFIX + chart_id)
 
 
-def show(chart: alt.TopLevelMixin, chart_id: str) -> None:
+def show(chart: alt.TopLevelMixin, chart_id: str, *, when: bool = True, otherwise: str = "") -> None:
     """Display ``chart`` in a notebook as element ``pdtune-<chart_id>``, rendered offline.
 
     ``chart_id`` names the chart within its chapter (``'kv-per-request'``); give every chart its own.
+    With ``when`` false (a scenario without the data the chart draws) the sentence ``otherwise`` takes its
+    place, so a page never shows an empty chart.
     """
     from IPython.display import display
 
     _check_chart_id(chart_id)
+    if not when:
+        text = otherwise or "There is no data for this chart in this scenario."
+        display({"text/html": f'<p class="pdtune-note">{html.escape(text)}</p>', "text/plain": text},
+                raw=True)
+        return
     display(_mimebundle(chart.to_dict(), chart_id, explicit=True), raw=True)
 
 
@@ -179,14 +186,17 @@ def _in_live_kernel() -> bool:
 def live_note(name: str) -> str:
     """The sentence the static page shows where a live explorer would be."""
     return (
-        f"Interactive explorer “{name}”: it runs in a live notebook. Open this chapter in Jupyter "
-        "(see the Reproduce page) and run it to move the sliders; the charts on this page are static, "
-        "apart from their own sliders and selections."
+        f"Interactive explorer “{name}”: it runs in a live notebook. Start JupyterLab with `make lab` "
+        "(see “Live in JupyterLab” on the Reproduce page), open this chapter and run it to move the sliders; "
+        "the charts on this page keep their own sliders and selections."
     )
 
 
 def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any) -> Any:
     """Show an ipywidgets explorer of ``function`` over ``controls`` (as ``ipywidgets.interactive``).
+
+    A control ``(min, max, step, start)`` is a slider that starts at ``start`` (the chapter's parameter), so
+    the explorer first shows what the page shows; what ``function`` returns is displayed under it.
 
     In a live kernel it displays the widget. In the static build, in a batch run (``PDTUNE_NO_WIDGETS``) or
     outside Jupyter there is nobody to move a slider, so it shows a short note instead of a dead widget.
@@ -206,8 +216,22 @@ def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any
         return None
     import ipywidgets
 
-    display(ipywidgets.interactive(function, **controls))
+    widgets = {name: _slider(control) for name, control in controls.items()}
+    # interactive() alone shows only what the function prints; auto_display shows what it returns (a table).
+    display(ipywidgets.interactive(function, {"auto_display": True}, **widgets))
     return None
+
+
+def _slider(control: Any) -> Any:
+    """``(min, max, step, start)`` as a slider that starts at ``start`` (ipywidgets would start mid-range);
+    any other control as ipywidgets takes it."""
+    import ipywidgets
+
+    if isinstance(control, tuple) and len(control) == 4:
+        lo, hi, step, start = control
+        kind = ipywidgets.IntSlider if all(isinstance(v, int) for v in control) else ipywidgets.FloatSlider
+        return kind(min=lo, max=hi, step=step, value=start)
+    return control
 
 
 def reset_page() -> None:

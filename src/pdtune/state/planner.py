@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from pdtune import versions
+from pdtune import limits, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import CacheLayer, LayerKind, ModelSpec
 from pdtune.state.dtypes import KVDtype, kv_dtype
@@ -101,11 +101,16 @@ def plan_state(
     behind a KV connector that lacks HMA support, ``kv_connector_without_hma``).
     """
     sem = Semantics.for_version(vllm)
-    _check_positive("--max-model-len", "max_model_len", max_model_len)
-    _check_positive("--tp", "tp", tp)
-    _check_positive("--decode-context-parallel-size", "decode_context_parallel_size", decode_context_parallel_size)
+    _check_positive("--max-model-len", "max_model_len", max_model_len, limits.MAX_MODEL_LEN)
+    _check_positive("--tp", "tp", tp, limits.MAX_PARALLEL)
+    _check_positive("--decode-context-parallel-size", "decode_context_parallel_size", decode_context_parallel_size,
+                    limits.MAX_PARALLEL)
+    _check_positive("--max-num-batched-tokens", "max_num_batched_tokens", max_num_batched_tokens,
+                    limits.MAX_TOKENS_PER_STEP)
     if num_speculative_tokens < 0:
         raise InputError("--num-speculative-tokens", "num_speculative_tokens", "must not be negative")
+    limits.bound(num_speculative_tokens, limits.MAX_SPECULATIVE_TOKENS, "--num-speculative-tokens",
+                 "num_speculative_tokens")
     dcp = decode_context_parallel_size
     if tp % dcp:  # ParallelConfig: DCP reuses the TP ranks
         raise InputError("--decode-context-parallel-size", "decode_context_parallel_size",
@@ -121,7 +126,7 @@ def plan_state(
         raise InputError("--attention-backend", "attention_backend",
                          f"unknown backend {backend!r}; known: {', '.join(KERNEL_BLOCK_TOKENS)}")
     if block_size is not None:
-        _check_positive("--block-size", "block_size", block_size)
+        _check_positive("--block-size", "block_size", block_size, limits.MAX_TOKENS_PER_STEP)
     hma = _hybrid_manager(spec, speculation, hybrid_kv_cache_manager, allow_chunked_local_hma, kv_connector_without_hma)
     mode = _mamba_mode(spec, sem, prefix_caching, mamba_cache_mode, num_speculative_tokens)
     if mamba_block_size is not None and mode is MambaCacheMode.NONE and mamba_block_size != max_model_len:
@@ -230,9 +235,10 @@ def plan_state(
     )
 
 
-def _check_positive(source: str, name: str, value: int) -> None:
+def _check_positive(source: str, name: str, value: int, maximum: int) -> None:
     if value <= 0:
         raise InputError(source, name, f"must be positive, got {value}")
+    limits.bound(value, maximum, source, name)
 
 
 def _check_max_model_len(spec: ModelSpec, max_model_len: int) -> None:

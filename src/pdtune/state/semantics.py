@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from pdtune import versions
-from pdtune.errors import InputError
 
 
 class MambaCacheMode(StrEnum):
@@ -77,9 +76,9 @@ class Semantics:
 
     @classmethod
     def for_version(cls, version: str = versions.CURRENT) -> Semantics:
-        v = versions.parse(version)
-        if v < (0, 11, 0):
-            raise InputError("--vllm", "vllm", f"{version}: pdtune follows vLLM 0.11 and newer")
+        # Callers check where the version came from (a flag, a parameters file, a log) and say so; this
+        # refuses a line pdtune does not follow whoever calls.
+        v = versions.parse(versions.check(version, "vLLM version"))
         return cls(
             version=version,
             kernel_alignment=v >= (0, 20, 0),

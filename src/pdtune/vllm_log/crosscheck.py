@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pdtune import limits, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import LayerKind
 from pdtune.units import GiB
@@ -94,7 +95,11 @@ class _Settings:
         self.notes: list[str] = []
 
     def pick(self, name: str, given: Any, logged: Any, default: Any, why: str = "vLLM's default",
-             *, matters: bool = True) -> Any:
+             *, matters: bool = True, maximum: int | None = None, minimum: int = 1) -> Any:
+        if given is None and maximum is not None and isinstance(logged, int) and not minimum <= logged <= maximum:
+            # the log's own number, so the log is to blame (not the flag that was never passed)
+            raise InputError(self.path, name, f"the log says {logged:,}, outside the {minimum} to {maximum:,} "
+                                              "pdtune accepts")
         if given is not None:
             if logged is not None and logged != given:
                 self.notes.append(f"{name}={given} given; the log says {logged}")
@@ -148,31 +153,41 @@ def _check_engine(log: VllmLog, engine: WorkerLog, spec: Any, draft: Any, given:
     if not ranks:
         raise InputError(log.path, "Available KV cache memory", f"no rank of {engine.name} logged it")
     rank = min(ranks, key=lambda w: w.available_kv_cache or 0)
+    if (rank.available_kv_cache or 0) < 0:
+        raise InputError(log.path, "Available KV cache memory",
+                         f"{rank.name} logged {rank.available_kv_cache / GiB:.2f} GiB: no room for a KV cache "
+                         "(vLLM refuses to start), nothing to cross-check")
     conf = log.config_for(engine)
     s = _Settings(log.path)
     raw_version = given["vllm"] or conf.version
     version = _short_version(raw_version)
     if version is None:
         raise InputError(log.path, "version", "the log does not name the vLLM version: pass --vllm")
-    s.values["vllm"] = version
     if given["vllm"] is not None:
         s.given.append(f"vllm={given['vllm']}")
+    else:
+        version = _log_version(log.path, raw_version or version, version, s.notes)
+    s.values["vllm"] = version
     length = s.pick("max_model_len", given["max_model_len"], engine.max_concurrency_tokens or conf.max_model_len,
-                    None)
+                    None, maximum=limits.MAX_MODEL_LEN)
     if length is None:
         raise InputError(log.path, "max_model_len", "not in the log (banner max_seq_len or the concurrency line): "
                                                     "pass --max-model-len")
-    tp = s.pick("tp", given["tp"], conf.tensor_parallel_size, 1)
+    tp = s.pick("tp", given["tp"], conf.tensor_parallel_size, 1, maximum=limits.MAX_PARALLEL)
     kv_dtype = s.pick("kv_cache_dtype", given["kv_cache_dtype"], conf.kv_cache_dtype, "auto")
-    spec_tokens = s.pick("num_speculative_tokens", given["num_speculative_tokens"], conf.num_speculative_tokens, 0)
+    spec_tokens = s.pick("num_speculative_tokens", given["num_speculative_tokens"], conf.num_speculative_tokens, 0,
+                         maximum=limits.MAX_SPECULATIVE_TOKENS, minimum=0)
     dcp = s.pick("decode_context_parallel_size", given["dcp"], conf.decode_context_parallel_size or
-                 engine.kv_size_multiplier, 1)
+                 engine.kv_size_multiplier, 1, maximum=limits.MAX_PARALLEL)
     prefix_caching = s.pick("prefix_caching", None, conf.enable_prefix_caching, True)
     s.values["block_size"] = conf.block_size
     mnbt_default = vllm_default_max_num_batched_tokens(rank.total_memory, vllm=version, max_model_len=length)
     why = "vLLM's default for the GPU memory logged" if rank.total_memory else "vLLM's default, GPU memory unknown"
     mnbt = s.pick("max_num_batched_tokens", None, conf.max_num_batched_tokens, mnbt_default, why,
-                  matters=_has_local_attention(spec))  # it sizes sliding/chunked layers only
+                  matters=_has_local_attention(spec), maximum=limits.MAX_TOKENS_PER_STEP)  # sizes sliding layers only
+    if conf.block_size is not None and not 1 <= conf.block_size <= limits.MAX_TOKENS_PER_STEP:
+        raise InputError(log.path, "block_size", f"the log says {conf.block_size:,}, outside the 1 to "
+                                                 f"{limits.MAX_TOKENS_PER_STEP:,} pdtune accepts")
     _check_draft(log.path, conf, draft, s)
     plan = plan_state(spec, tp=tp, kv_cache_dtype=kv_dtype, max_model_len=length, num_speculative_tokens=spec_tokens,
                       vllm=version, prefix_caching=prefix_caching, block_size=conf.block_size,
@@ -186,7 +201,8 @@ def _check_engine(log: VllmLog, engine: WorkerLog, spec: Any, draft: Any, given:
     rule = "concurrency" if plan.semantics.tokens_from_concurrency else "blocks"
     notes = list(s.notes)
     logged = engine.kv_cache_tokens
-    if logged is not None and (_is_dev_build(raw_version) or version not in FOLLOWED_LINES):
+    newer = raw_version is not None and versions.newer_than_current(raw_version)
+    if logged is not None and (_is_dev_build(raw_version) or version not in FOLLOWED_LINES or newer):
         rule = _rule_from_numbers(logged, low, high, rule, raw_version or version, notes)
     tokens = {"blocks": lambda c: c.tokens_by_blocks, "concurrency": lambda c: c.tokens_by_concurrency}[rule]
     if engine.num_gpu_blocks is not None and not low.num_blocks <= engine.num_gpu_blocks <= high.num_blocks:
@@ -212,6 +228,19 @@ def _check_engine(log: VllmLog, engine: WorkerLog, spec: Any, draft: Any, given:
         assumed=tuple(s.assumed),
         given=tuple(s.given),
     )
+
+
+def _log_version(path: str, raw: str, version: str, notes: list[str]) -> str:
+    """The vLLM line whose rules a log is checked with: its own, or the newest pdtune follows (with a note) for a
+    newer log; an older log than pdtune follows is bad input naming the log, not a flag nobody passed."""
+    if versions.parse(version)[:2] < versions.parse(versions.OLDEST)[:2]:
+        raise InputError(path, "version", f"the log is of vLLM {raw}, older than {versions.OLDEST}, the oldest line "
+                                          "pdtune follows: pass --vllm to check it against one")
+    if versions.newer_than_current(version):
+        notes.append(f"vLLM {raw} is newer than {versions.CURRENT}, the newest line pdtune follows: checked with "
+                     f"{versions.CURRENT}'s rules")
+        return versions.CURRENT
+    return version
 
 
 def _check_draft(path: str, conf: EngineConfig, draft: Any, s: _Settings) -> None:

@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pdtune import guarded
 from pdtune.errors import InputError
 from pdtune.memory import Waterfall
 from pdtune.vllm_log.patterns import RULES
@@ -79,23 +80,38 @@ class VllmLog:
 
     @cached_property
     def _engine_index(self) -> dict[str, WorkerLog | None]:
-        """Each process's engine, worked out once: the engine itself, the one engine of its DP rank, or the only one."""
+        """Each process's engine, worked out once, in one pass over the processes in order of appearance: the
+        engine itself; the one engine of its DP rank; with several (a restart loop gives each start its own
+        pid), the one that started last before it; or the only engine of the log."""
         engines = self.engines
         by_dp: dict[int | None, list[WorkerLog]] = {}
         for e in engines:
             by_dp.setdefault(_dp_index(e.name), []).append(e)
+        latest: dict[int | None, WorkerLog] = {}  # per DP rank, the engine seen most recently
         index: dict[str, WorkerLog | None] = {}
-        for w in self.workers:
-            if w.is_engine:
-                index[w.name] = w
-                continue
+        for w in sorted(self.workers, key=lambda x: x.first_line):
             dp = _dp_index(w.name)
+            if w.is_engine:
+                index[w.name] = latest[dp] = w
+                continue
             matches = by_dp.get(dp, [])
             if len(matches) == 1:
                 index[w.name] = matches[0]
+            elif len(matches) > 1:
+                index[w.name] = latest.get(dp)
             else:
                 index[w.name] = engines[0] if len(engines) == 1 and dp in (None, 0) else None
         return index
+
+    @cached_property
+    def _workers_index(self) -> dict[str, list[WorkerLog]]:
+        """The memory workers of each engine, from :attr:`_engine_index` (built once, not per engine)."""
+        out: dict[str, list[WorkerLog]] = {}
+        for w in self.memory_workers:
+            engine = self._engine_index.get(w.name)
+            if engine is not None:
+                out.setdefault(engine.name, []).append(w)
+        return out
 
     def engine_of(self, worker: str | WorkerLog) -> WorkerLog | None:
         w = self.worker(worker) if isinstance(worker, str) else worker
@@ -103,7 +119,7 @@ class VllmLog:
 
     def workers_of(self, engine: str | WorkerLog) -> list[WorkerLog]:
         e = self.worker(engine) if isinstance(engine, str) else engine
-        return [w for w in self.memory_workers if (eng := self.engine_of(w)) is not None and eng.name == e.name]
+        return list(self._workers_index.get(e.name, []))
 
     def config_for(self, worker: str | WorkerLog) -> EngineConfig:
         """The worker's own config lines, then its engine's, then whatever the log says globally."""
@@ -171,17 +187,22 @@ class VllmLog:
         source = f"{label}: " + "; ".join(notes)
         return replace(base, activation_peak=max(activation, 0), non_torch=max(non_torch, 0), source=source)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, *, workers: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "path": self.path,
             "config": {k: v for k, v in self.config.to_dict().items() if v is not None},
-            "workers": {w.name: w.to_dict() for w in self.workers},
         }
+        if workers:
+            out["workers"] = {w.name: w.to_dict() for w in self.workers}
+        return out
 
 
 def _dp_index(name: str) -> int | None:
-    hit = re.search(r"_DP(\d+)", name)
+    hit = _DP.search(name)
     return int(hit.group(1)) if hit else None
+
+
+_DP = re.compile(r"_DP(\d{1,6})")
 
 
 def _short_version(version: str | None) -> str | None:
@@ -194,19 +215,57 @@ def _short_version(version: str | None) -> str | None:
 class _Builder:
     def __init__(self) -> None:
         self.records: dict[tuple[str, int | None], dict[str, Any]] = {}
+        self.stored: dict[tuple[str, int | None], tuple[tuple[str, ...], tuple[Any, ...]]] = {}
+        self.current: dict[str, tuple[str, int | None]] = {}  # process name -> its latest (name, pid)
+        self._shared: dict[Any, Any] = {}
         self.global_config: dict[str, Any] = {}
 
     def record(self, process: str, pid: int | None, lineno: int) -> dict[str, Any]:
         key = (process, pid)
         rec = self.records.get(key)
         if rec is None:
-            rec = {"process": process, "pid": pid, "first_line": lineno, "config": {}, "lines": 0}
+            previous = self.current.get(process)
+            if previous is not None and previous != key and previous in self.records:
+                # the same process name under a new pid: a restart, the old one is done; keep it compact
+                self.stored[previous] = self._compact(self.records.pop(previous))
+            stored = self.stored.pop(key, None)
+            rec = self._expand(stored) if stored is not None else {
+                "process": process, "pid": pid, "first_line": lineno, "config": {}, "lines": 0}
             self.records[key] = rec
+            self.current[process] = key
+        return rec
+
+    def has(self, key: tuple[str, int | None]) -> bool:
+        return key in self.records or key in self.stored
+
+    def _compact(self, rec: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """A finished process's record as (key tuple, values), each part shared with every equal one seen before:
+        a crash loop logs the same figures at every restart, so it costs little more than its pids."""
+        values = dict(rec)
+        values["config"] = tuple(sorted(rec["config"].items()))
+        if "kv_reports" in rec:
+            values["kv_reports"] = tuple(tuple(r.items()) for r in rec["kv_reports"])
+        names = tuple(values)
+        names = self._shared.setdefault(names, names)
+        return names, tuple(self._share(v) for v in values.values())
+
+    def _share(self, value: Any) -> Any:
+        try:
+            return self._shared.setdefault((type(value), value), value)  # typed: 1, 1.0 and True stay apart
+        except TypeError:  # unhashable: kept as it is
+            return value
+
+    @staticmethod
+    def _expand(stored: tuple[tuple[str, ...], tuple[Any, ...]]) -> dict[str, Any]:
+        rec = dict(zip(*stored, strict=True))
+        rec["config"] = dict(rec["config"])
+        if "kv_reports" in rec:
+            rec["kv_reports"] = [dict(r) for r in rec["kv_reports"]]
         return rec
 
     def feed(self, lines: Iterable[str]) -> None:
         for lineno, raw in enumerate(lines, start=1):
-            line = _ANSI.sub("", raw).rstrip("\r\n")
+            line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
             header = split_header(line)
             if header is None:
                 env = _COLLECT_ENV.match(line)  # collect_env's table has no logger prefix
@@ -220,7 +279,7 @@ class _Builder:
                     if hit is None:
                         continue
                     key = (proc or MAIN, pid)
-                    fresh = key not in self.records
+                    fresh = not self.has(key)
                     rec = self.record(*key, lineno)
                     try:
                         handler(rec, hit)
@@ -232,57 +291,70 @@ class _Builder:
                     break
 
     def build(self, path: str) -> VllmLog:
-        by_name: dict[str, list[dict[str, Any]]] = {}
-        for rec in self.records.values():
-            by_name.setdefault(rec["process"], []).append(rec)
+        # A crash loop logs a process per restart: each record is dropped as soon as it is converted, and equal
+        # configs are shared, so memory holds one copy of each process, not two.
+        per_name: dict[str, int] = {}
+        for process, _pid in (*self.records, *self.stored):
+            per_name[process] = per_name.get(process, 0) + 1
+        order = sorted([(rec["first_line"], key) for key, rec in self.records.items()]
+                       + [(values[names.index("first_line")], key) for key, (names, values) in self.stored.items()])
+        configs: dict[tuple[tuple[str, Any], ...], EngineConfig] = {}
         workers: list[WorkerLog] = []
         merged: EngineConfig = EngineConfig()
-        for rec in sorted(self.records.values(), key=lambda r: r["first_line"]):
-            same = by_name[rec["process"]]
-            name = rec["process"] if len(same) == 1 else f"{rec['process']} pid={rec['pid']}"
+        for _line, key in order:
+            live = self.records.pop(key, None)
+            rec = live if live is not None else self._expand(self.stored.pop(key))
+            name = rec["process"] if per_name[rec["process"]] == 1 else f"{rec['process']} pid={rec['pid']}"
             skip = ("process", "pid", "first_line", "config", "lines", "kv_reports")
             values = {k: v for k, v in rec.items() if k not in skip}
             values["kv_cache_reports"] = tuple(
                 KvCacheReport(r.get("tokens"), r.get("max_concurrency"), r.get("max_model_len"), r.get("device"))
                 for r in rec.get("kv_reports", [])
             )
-            config = EngineConfig(**rec["config"])
-            merged = merged.merged(config)
+            key = tuple(sorted(rec["config"].items()))
+            config = configs.get(key)
+            if config is None:
+                config = configs[key] = EngineConfig(**rec["config"])
+                merged = merged.merged(config)
             workers.append(WorkerLog(name=name, process=rec["process"], pid=rec["pid"],
                                      first_line=rec["first_line"], config=config, lines=rec["lines"], **values))
         merged = merged.merged(EngineConfig(**self.global_config))
         return VllmLog(path=path, workers=tuple(workers), config=merged)
 
 
+#: Characters of one line the parse looks at: the longest vLLM start-up lines (the config banner, the
+#: non-default args of a large deployment) are a few KB; what lies beyond this is never read, so no pattern
+#: ever costs more than this per line.
+MAX_LINE = 1 << 16
+
+
 def parse_log_text(text: str, source: str = "<log>", *, require_kv: bool = True) -> VllmLog:
     """Parse log text; see :func:`parse_log`."""
     builder = _Builder()
-    builder.feed(text.splitlines())
+    builder.feed(line[:MAX_LINE] for line in text.splitlines())
     return _finish(builder, source, require_kv)
 
 
 def parse_log(path: str | Path, *, require_kv: bool = True) -> VllmLog:
-    """Parse a vLLM start-up log file.
+    """Parse a vLLM start-up log file, streamed: memory does not grow with the file, only with its processes.
 
-    Raises :class:`InputError` for a file that is not a vLLM log, and (with ``require_kv``, the default)
-    for one in which no process reached the KV cache lines, e.g. an engine that died while loading.
+    Raises :class:`InputError` for a file that is not a regular file (a FIFO is refused, never opened
+    blocking), for one that is not a vLLM log, and (with ``require_kv``, the default) for one in which no
+    process reached the KV cache lines, e.g. an engine that died while loading.
     """
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            head = fh.read(8192)
-    except OSError as exc:
-        raise InputError(p, "file", f"unreadable: {exc.strerror or exc}") from None
-    if b"\x00" in head:
-        raise InputError(p, "file", "binary data, not a vLLM log")
     builder = _Builder()
-    with p.open("r", encoding="utf-8", errors="replace") as fh:
-        builder.feed(fh)
+    try:
+        builder.feed(guarded.iter_lines(p, "file", max_line=MAX_LINE))
+    except InputError as exc:
+        if "binary data" in exc.message:
+            raise InputError(p, "file", "binary data, not a vLLM log") from None
+        raise
     return _finish(builder, str(p), require_kv)
 
 
 def _finish(builder: _Builder, source: str, require_kv: bool) -> VllmLog:
-    if not builder.records:
+    if not builder.records and not builder.stored:
         raise InputError(source, "log", "no vLLM start-up lines found (expected lines like "
                                         "'INFO 10-14 09:12:41 [gpu_worker.py:298] Available KV cache memory: ...')")
     log = builder.build(source)

@@ -16,8 +16,10 @@ from typing import Any
 from pdtune.units import from_gib
 from pdtune.vllm_log.records import CudaGraphGroup
 
-#: A number as vLLM prints it (thousands commas, decimals, exponent); bounded so no search backtracks far.
-_N = r"-?\d[\d,]{0,24}(?:\.\d{1,16})?(?:[eE][-+]?\d{1,4})?"
+#: A number as vLLM prints it (thousands commas, decimals, exponent); bounded so no search backtracks far, and
+#: never starting inside another number (``0.21410000044852495 GiB`` is not ``21410000044852495 GiB``). Python
+#: prints up to 17 significant digits, so 24 decimals are room enough.
+_N = r"(?<![\d.])-?\d[\d,]{0,24}(?:\.\d{1,24})?(?:[eE][-+]?\d{1,4})?"
 
 
 def _num(text: str) -> float:
@@ -29,6 +31,12 @@ def _num(text: str) -> float:
 
 def _int(text: str) -> int:
     return int(_num(text))
+
+
+def _gib(text: str) -> int:
+    """A GiB figure of the log as bytes; a negative one is kept (vLLM prints a deficit before it refuses to
+    start), one too large for any GPU is not a line of ours (``from_gib`` raises a ``ValueError``)."""
+    return from_gib(_num(text), "log", "GiB", negative=True)
 
 
 _Handler = Callable[[dict[str, Any], "re.Match[str]"], None]
@@ -45,7 +53,7 @@ def _rule(keyword: str, pattern: str) -> Callable[[_Handler], _Handler]:
 
 @_rule("Model loading took", rf"Model loading took (?P<gib>{_N}) GiB(?: memory)? and (?P<sec>{_N}) seconds?")
 def _model_loading(rec: dict[str, Any], m: re.Match[str]) -> None:
-    rec["weights"] = from_gib(_num(m["gib"]))
+    rec["weights"] = _gib(m["gib"])
     rec["model_load_seconds"] = _num(m["sec"])
 
 
@@ -59,7 +67,8 @@ def _mamba_padding(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["mamba_padding_pct"] = _num(m["pct"])
 
 
-_GROUP = re.compile(r"(?P<mode>[A-Z][A-Z_]*)=(?P<n>\d+) \(largest=(?P<largest>\d+)\)")
+# A mode name starts after a non-capital (lookbehind), so a run of capitals is tried once, not at every letter.
+_GROUP = re.compile(r"(?<![A-Z_])(?P<mode>[A-Z][A-Z_]{0,40})=(?P<n>\d{1,9}) \(largest=(?P<largest>\d{1,9})\)")
 
 
 @_rule("Profiling CUDA graph memory", r"Profiling CUDA graph memory: (?P<groups>.*)")
@@ -71,18 +80,18 @@ def _cg_profile(rec: dict[str, Any], m: re.Match[str]) -> None:
 
 @_rule("Estimated CUDA graph memory", rf"Estimated CUDA graph memory: (?P<gib>{_N}) GiB total")
 def _cg_estimate(rec: dict[str, Any], m: re.Match[str]) -> None:
-    rec["cudagraph_estimate"] = from_gib(_num(m["gib"]))
+    rec["cudagraph_estimate"] = _gib(m["gib"])
 
 
 @_rule("CUDA graph memory profiling is enabled",
-       rf"CUDA graph memory profiling is enabled.*?--gpu-memory-utilization=(?P<util>{_N})")
+       rf"CUDA graph memory profiling is enabled.{{0,400}}?--gpu-memory-utilization=(?P<util>{_N})")
 def _cg_enabled(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["cudagraph_estimate_applied"] = True
     rec["gpu_memory_utilization"] = _num(m["util"])
 
 
 @_rule("CUDA graph memory profiling is disabled",
-       rf"CUDA graph memory profiling is disabled.*?--gpu-memory-utilization from (?P<util>{_N})")
+       rf"CUDA graph memory profiling is disabled.{{0,400}}?--gpu-memory-utilization from (?P<util>{_N})")
 def _cg_disabled(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["cudagraph_estimate_applied"] = False
     rec["gpu_memory_utilization"] = _num(m["util"])
@@ -90,7 +99,7 @@ def _cg_disabled(rec: dict[str, Any], m: re.Match[str]) -> None:
 
 @_rule("Available KV cache memory", rf"Available KV cache memory: (?P<gib>{_N}) GiB")
 def _available(rec: dict[str, Any], m: re.Match[str]) -> None:
-    rec["available_kv_cache"] = from_gib(_num(m["gib"]))
+    rec["available_kv_cache"] = _gib(m["gib"])
 
 
 @_rule("KV cache size:", rf"KV cache size: (?P<tokens>{_N}) tokens"
@@ -120,15 +129,15 @@ def _max_concurrency(rec: dict[str, Any], m: re.Match[str]) -> None:
 @_rule("Graph capturing finished", rf"Graph capturing finished in (?P<sec>{_N}) secs?, took (?P<gib>{_N}) GiB")
 def _capture(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["graph_capture_seconds"] = _num(m["sec"])
-    rec["graph_capture_memory"] = max(from_gib(_num(m["gib"])), 0)
+    rec["graph_capture_memory"] = max(_gib(m["gib"]), 0)
 
 
 @_rule("CUDA graph pool memory",
        rf"CUDA graph pool memory: (?P<actual>{_N}) GiB \(actual\), (?P<est>{_N}) GiB \(estimated\), "
        rf"difference: (?P<diff>{_N}) GiB \((?P<pct>{_N})%\)")
 def _pool(rec: dict[str, Any], m: re.Match[str]) -> None:
-    rec["cudagraph_pool_actual"] = max(from_gib(_num(m["actual"])), 0)
-    rec["cudagraph_pool_estimated"] = max(from_gib(_num(m["est"])), 0)
+    rec["cudagraph_pool_actual"] = max(_gib(m["actual"]), 0)
+    rec["cudagraph_pool_estimated"] = max(_gib(m["est"]), 0)
     rec["cudagraph_pool_difference_pct"] = _num(m["pct"])
 
 
@@ -144,10 +153,10 @@ def _init(rec: dict[str, Any], m: re.Match[str]) -> None:
        rf"Free memory on device \((?P<free>{_N})/(?P<total>{_N}) GiB\) on startup\. Desired GPU memory "
        rf"utilization is \((?P<util>{_N}), (?P<req>{_N}) GiB\)\. Actual usage is (?P<rest>.*)")
 def _free_memory(rec: dict[str, Any], m: re.Match[str]) -> None:
-    rec["free_memory_at_start"] = from_gib(_num(m["free"]))
-    rec["total_memory"] = from_gib(_num(m["total"]))
+    rec["free_memory_at_start"] = _gib(m["free"])
+    rec["total_memory"] = _gib(m["total"])
     rec["gpu_memory_utilization"] = _num(m["util"])
-    rec["requested_memory"] = from_gib(_num(m["req"]))
+    rec["requested_memory"] = _gib(m["req"])
     rest = m["rest"]
     parts = {
         "weights": rf"(?P<v>{_N}) GiB for weight,",
@@ -160,7 +169,7 @@ def _free_memory(rec: dict[str, Any], m: re.Match[str]) -> None:
     for key, pattern in parts.items():
         hit = re.search(pattern, rest)
         if hit:
-            value = from_gib(_num(hit["v"]))
+            value = _gib(hit["v"])
             if key == "weights":
                 rec.setdefault("weights", value)
             else:
@@ -176,18 +185,19 @@ def _profile_result(rec: dict[str, Any], m: re.Match[str]) -> None:
                        ("consumed", r"total consumed \(from mem_get_info\)")):
         hit = re.search(rf"{label}: (?P<v>{_N}) ?GiB", text)
         if hit:
-            rec[key] = from_gib(_num(hit["v"]))
+            rec[key] = _gib(hit["v"])
     hit = re.search(rf"weights memory: (?P<v>{_N}) ?GiB", text)
     if hit:
-        rec.setdefault("weights", from_gib(_num(hit["v"])))
+        rec.setdefault("weights", _gib(hit["v"]))
 
 
-@_rule("memory snapshot", rf"memory snapshot: .*?total_memory=(?P<total>{_N}) ?GiB")
+@_rule("memory snapshot", rf"memory snapshot: .{{0,2000}}?total_memory=(?P<total>{_N}) ?GiB")
 def _snapshot(rec: dict[str, Any], m: re.Match[str]) -> None:
-    rec.setdefault("total_memory", from_gib(_num(m["total"])))
+    rec.setdefault("total_memory", _gib(m["total"]))
 
 
-@_rule("Initializing a V1 LLM engine", r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]+)\) with config: (?P<cfg>.*)")
+@_rule("Initializing a V1 LLM engine",
+       r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]{1,80})\) with config: (?P<cfg>.*)")
 def _banner(rec: dict[str, Any], m: re.Match[str]) -> None:
     cfg = m["cfg"]
     conf = rec["config"]
@@ -215,7 +225,7 @@ def _banner(rec: dict[str, Any], m: re.Match[str]) -> None:
     caching = grab(r"(?:^|, )enable_prefix_caching=(True|False)")
     if caching is not None:
         conf["enable_prefix_caching"] = caching == "True"
-    spec = grab(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
+    spec = grab(r"speculative_config=(SpeculativeConfig\([^)]{0,600}\)|None)")  # bounded: linear on any line
     if spec == "None":
         conf["num_speculative_tokens"] = 0
     elif spec:
@@ -230,11 +240,13 @@ def _banner(rec: dict[str, Any], m: re.Match[str]) -> None:
             conf["speculative_model"] = draft.group(1)
 
 
-@_rule("non-default args", r"non-default args: (?P<args>\{.*\})\s*$")
+@_rule("non-default args", r"non-default args: (?P<args>\{.*)")  # to the end at once: no backtracking
 def _non_default_args(rec: dict[str, Any], m: re.Match[str]) -> None:
+    if not m["args"].rstrip().endswith("}"):
+        raise ValueError("not a logged dict")  # not a line of ours
     conf = rec["config"]
     conf["args_logged"] = True
-    args = _literal_dict(m["args"])
+    args = _literal_dict(m["args"].rstrip())
     model = args.get("model") or args.get("model_tag")
     if isinstance(model, str):
         conf["model"] = model
@@ -284,7 +296,8 @@ def _literal_dict(text: str) -> dict[str, Any]:
     return out
 
 
-@_rule("server version", r"vLLM (?:API )?server version (?P<version>\S+?)(?:,? serving model (?P<model>\S+))?$")
+@_rule("server version",
+       r"vLLM (?:API )?server version (?P<version>\S{1,80}?)(?:,? serving model (?P<model>\S{1,400}))?$")
 def _server_version(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["config"]["version"] = m["version"]
     if m["model"]:

@@ -11,7 +11,7 @@ from pdtune.units import GiB
 MAIN = "main"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CudaGraphGroup:
     """One entry of ``Profiling CUDA graph memory``: ``count`` graphs of ``mode``, the largest one first."""
 
@@ -20,7 +20,7 @@ class CudaGraphGroup:
     largest: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class KvCacheReport:
     """One ``KV cache size`` report. vLLM 0.11 prints one per rank, from that rank's memory, before it
     shrinks every rank to the smallest; later versions print the shrunk size once."""
@@ -31,7 +31,7 @@ class KvCacheReport:
     device: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What the banner, the non-default-args line and the version lines say about the engine."""
 
@@ -69,7 +69,7 @@ class EngineConfig:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkerLog:
     """Everything one process logged. Memory in bytes, times in seconds; None where the log is silent."""
 

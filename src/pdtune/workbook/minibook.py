@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from pdtune.guarded import read_yaml
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.site.bookexec import kernel_env
@@ -71,7 +72,7 @@ def build_html(folder: Path, chapters: Sequence[Chapter], results: Sequence[Chap
     """
     from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
-    config = yaml.safe_load((book_root / "_config.yml").read_text(encoding="utf-8")) or {}
+    config = read_yaml(book_root / "_config.yml", "_config.yml") or {}
     static_paths = [str(p) for p in config.get("sphinx", {}).get("config", {}).get("html_static_path", [])]
     if any(Path(p).resolve() == VENDOR_DIR.resolve() for p in (book_root / s for s in static_paths)):
         write_vendor(VENDOR_DIR)  # the vega bundle and MathJax, if this checkout has not written them yet
@@ -142,7 +143,7 @@ def _assemble_book(src: Path, config: dict[str, Any], static_paths: list[str], c
             summary, [r.to_dict() for r in results],
             link=lambda name: f"{{doc}}`{name} </{CHAPTER_DIR}/{Path(name).stem}>`"),
         encoding="utf-8")
-    toc = yaml.safe_load((book_root / TOC_NAME).read_text(encoding="utf-8"))
+    toc = read_yaml(book_root / TOC_NAME, TOC_NAME)
     present = {c.entry: f"{c.folder}/{c.name}" for c in chapters if by_number[c.number].notebook}
     toc = _rewrite_toc(toc, present, set(chapter_entries))
     _insert_summary(toc)

@@ -10,6 +10,7 @@ the ``parameters`` cell each declares, and :func:`chapter_parameters` picks the 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import typing
 from collections.abc import Iterable
@@ -17,18 +18,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from pdtune import versions
 from pdtune.errors import InputError
+from pdtune.guarded import read_yaml
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import load_model, models_dir
 from pdtune.paths import REPO_ROOT
 from pdtune.results import parse_gpus
-from pdtune.scenario import Scenario
+from pdtune.scenario import COMPUTED_FIELDS, Scenario, fill_defaults
 from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.topology import parse_topology
-from pdtune.units import GiB
 
 
 #: Scenario fields that hold paths; a chapter receives them absolute.
@@ -37,25 +37,6 @@ PATH_FIELDS: tuple[str, ...] = ("vllm_logs", "prefill_results", "decode_results"
 
 #: Toc entries in this folder are chapters (notebooks); every other entry is a prose page.
 CHAPTER_DIR = "notebooks"
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """YAML that refuses a key given twice: the second would silently win otherwise."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _value in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{key!r} is given twice (lines {seen[key]} and {key_node.start_mark.line + 1})",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
 @dataclass(frozen=True)
@@ -75,21 +56,19 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     """Read a parameters file and check it completely; :class:`InputError` names the file and the key.
 
     Paths in the file are relative to the file's folder, or else to the repository (so the bundled files
-    can name ``data/clusters/...``). A file that names ``gpu`` but not ``gpu_memory_gib`` gets that GPU's
-    memory from ``data/gpus/gpus.csv`` rather than the article's GB300 figure.
+    can name ``data/clusters/...``). What the file leaves out is filled in by
+    :func:`pdtune.scenario.fill_defaults` (a GPU's own memory, no MTP without a draft layer, the
+    article's layouts that fit the model, ...) and listed in the scenario's ``defaults_used``. Then every
+    topology is checked against the model (:meth:`Scenario.check_against_model`).
     """
     source = Path(path)
-    if not source.is_file():
+    if not source.exists():
         raise InputError(source, "-", "no such parameters file")
     try:
-        raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_StrictLoader)  # a SafeLoader subclass
-    except UnicodeDecodeError:
-        raise InputError(source, "-", "not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "-"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(source, where, f"not valid YAML: {problem}") from None
+        # the guarded reader: a regular file, UTF-8, no key twice, no complex keys, aliases and depth bounded
+        raw = read_yaml(source)
+    except InputError as exc:
+        raise InputError(source, exc.field if exc.field.startswith("line") else "-", exc.message) from None
     if raw is None:
         raise InputError(source, "-", "the file is empty; write at least the model (data/params/README.md)")
     if not isinstance(raw, dict):
@@ -98,14 +77,21 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     for key in values:
         if not isinstance(key, str):
             raise InputError(source, str(key), "parameter names are words, not numbers")
-    if "gpu" in values and "gpu_memory_gib" not in values and isinstance(values["gpu"], str):
-        values["gpu_memory_gib"] = round(_gpu(source, values["gpu"]).memory_total / GiB, 2)
+        if key in COMPUTED_FIELDS:
+            raise InputError(source, key, "written by the workbook (what the file leaves out), not by hand")
+    if isinstance(values.get("gpu"), str):
+        _gpu(source, values["gpu"])
     try:
         scenario = Scenario.from_mapping(values, source=str(source))
     except InputError as exc:
         raise _with_yaml_hint(exc, values) from None
     resolved = _resolve(scenario, source.parent, source)
     check_inputs(resolved, source)
+    try:
+        resolved = fill_defaults(resolved, set(values), str(source))
+    except InputError as exc:
+        raise InputError(source, exc.field, exc.message) from None
+    resolved.check_against_model(str(source))
     return Parameters(source=source, scenario=scenario, resolved=resolved)
 
 
@@ -163,16 +149,13 @@ def _model_reference(scenario: Scenario, base: Path, source: Path) -> str:
 def check_inputs(scenario: Scenario, source: Path) -> None:
     """Everything a chapter would trip over, checked once, before any chapter runs."""
     try:
-        load_model(scenario.model)
+        spec = load_model(scenario.model)
     except InputError as exc:
         raise InputError(source, "model", f"{scenario.model}: {exc.field}: {exc.message}") from None
     _gpu(source, scenario.gpu)
-    versions.parse(scenario.vllm, str(source))
+    versions.check(scenario.vllm, str(source), "vllm")
     for name in ("prefill_topologies", "decode_topologies"):
-        values = getattr(scenario, name)
-        if not values:
-            raise InputError(source, name, "the list is empty")
-        for text in values:
+        for text in getattr(scenario, name):
             try:
                 parse_topology(text, str(source))
             except InputError as exc:
@@ -182,6 +165,21 @@ def check_inputs(scenario: Scenario, source: Path) -> None:
             parse_gpus(scenario.gpus, str(source))
         except InputError as exc:
             raise InputError(source, "gpus", exc.message) from None
+    _check_workload(scenario, spec, source)
+
+
+def _check_workload(scenario: Scenario, spec: Any, source: Path) -> None:
+    """The workload against the model, blamed on the key that is wrong: ISL + OSL longer than the model's length
+    (or a KV dtype vLLM does not know) would otherwise surface as every topology failing
+    (:meth:`Scenario.check_against_model` checks the topologies)."""
+    from pdtune.state import plan_state
+
+    try:
+        plan_state(spec, max_model_len=scenario.isl + scenario.osl, kv_cache_dtype=scenario.kv_cache_dtype,
+                   vllm=scenario.vllm)
+    except InputError as exc:
+        field = exc.field if exc.field in ("kv_cache_dtype", "vllm") else "isl"
+        raise InputError(source, field, f"isl + osl = {scenario.isl + scenario.osl:,}: {exc.message}") from None
 
 
 @dataclass(frozen=True)
@@ -268,6 +266,24 @@ def _assigned_names(source: str) -> tuple[str, ...]:
             node, ast.AnnAssign) else []
         names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
     return tuple(names)
+
+
+@functools.cache
+def _first_chapters(book_root: Path) -> dict[str, str]:
+    first: dict[str, str] = {}
+    for chapter in book_chapters(book_root):
+        if chapter.source is None:
+            continue
+        cell = read_parameters_cell(read_chapter(chapter.source))
+        for name in cell.names if cell is not None else ():
+            first.setdefault(name, chapter.name)
+    return first
+
+
+def first_chapter_of(name: str, book_root: Path = REPO_ROOT) -> str | None:
+    """The first chapter (``02_memory``) whose parameters cell declares ``name``: where a value the parameters
+    file left out is listed (:func:`pdtune.chapters.display.defaults_note`); None when no chapter takes it."""
+    return _first_chapters(Path(book_root)).get(name)
 
 
 def chapter_parameters(names: Iterable[str], values: dict[str, Any]) -> dict[str, Any]:

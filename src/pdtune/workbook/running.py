@@ -9,11 +9,12 @@ folder and renamed into place at the end, so the output folder appears whole or 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import queue as queue_module
-import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -24,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from pdtune.errors import InputError
+from pdtune.guarded import read_yaml
+from pdtune.io import lock, output_folder, release, remove_stale
+from pdtune.signals import die_with_parent
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME
 from pdtune.site.bookexec import kernel_env
@@ -125,8 +129,12 @@ _progress_queue: Any = None
 _engine_registered = False
 
 
-def _init_worker(progress: Any, env: dict[str, str]) -> None:
+def _init_worker(progress: Any, env: dict[str, str], parent_pid: int) -> None:
     global _progress_queue
+    # Killed with the parent however it ends (SIGKILL included): no orphan keeps executing chapters. The
+    # parent alone answers Ctrl-C (the terminal sends SIGINT to the whole group): it stops the workers itself.
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _progress_queue = progress
     os.environ.update(env)
     # Kernels inherit this process's stderr and greet it with start-up warnings; what a chapter prints or
@@ -304,34 +312,56 @@ def _run_jobs(jobs: Sequence[_Job], chapters: Sequence[Chapter], workers: int, p
     events = context.Queue()
     bars = _Bars([c for c in chapters if c.number in {j.index for j in jobs}], progress)
     outcomes: dict[int, dict[str, Any]] = {}
+    # The workers are this process's children, in its process group, and die with it (see _init_worker).
+    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
+                               initializer=_init_worker, initargs=(events, kernel_env(), os.getpid()))
     try:
-        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=context,
-                                 initializer=_init_worker, initargs=(events, kernel_env())) as pool:
-            futures: dict[Future, _Job] = {pool.submit(_execute, job): job for job in jobs}
-            pending = set(futures)
-            while pending:
+        futures: dict[Future, _Job] = {pool.submit(_execute, job): job for job in jobs}
+        pending = set(futures)
+        while pending:
+            try:
+                index, done, total = events.get(timeout=0.1)
+                bars.update(index, done, total)
+                continue
+            except queue_module.Empty:
+                pass
+            for future in [f for f in pending if f.done()]:
+                pending.discard(future)
+                job = futures[future]
                 try:
-                    index, done, total = events.get(timeout=0.1)
-                    bars.update(index, done, total)
-                    continue
-                except queue_module.Empty:
-                    pass
-                for future in [f for f in pending if f.done()]:
-                    pending.discard(future)
-                    job = futures[future]
-                    try:
-                        outcomes[job.index] = future.result()
-                    except Exception as exc:  # the worker process itself died
-                        outcomes[job.index] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                               "notes": []}
-                    bars.finish(job.index, outcomes[job.index]["status"])
-                    if log and not progress:
-                        name = next(c.name for c in chapters if c.number == job.index)
-                        log(f"{name} {outcomes[job.index]['status']} ({len(outcomes)} of {len(jobs)} done)")
+                    outcomes[job.index] = future.result()
+                except Exception as exc:  # the worker process itself died
+                    outcomes[job.index] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                           "notes": []}
+                bars.finish(job.index, outcomes[job.index]["status"])
+                if log and not progress:
+                    name = next(c.name for c in chapters if c.number == job.index)
+                    log(f"{name} {outcomes[job.index]['status']} ({len(outcomes)} of {len(jobs)} done)")
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM) or failed: stop the chapters now rather than wait for them to finish
+        # (what leaving the executor's ``with`` would do); their kernels follow their workers within a second.
+        _kill_workers(pool)
+        raise
+    else:
+        pool.shutdown(wait=True)
     finally:
         bars.close()
         events.close()
+        events.cancel_join_thread()  # a killed reader must not keep this process waiting on the queue
     return outcomes
+
+
+def _kill_workers(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
+    """SIGKILL every worker of ``pool`` and reap them (a chapter interrupted half-way has nothing to save)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # pid -> Process; no public API in 3.11
+    for process in workers:
+        with contextlib.suppress(Exception):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + timeout
+    for process in workers:
+        with contextlib.suppress(Exception):
+            process.join(max(0.0, deadline - time.monotonic()))
 
 
 def run_workbook(
@@ -352,13 +382,16 @@ def run_workbook(
     without ``force``, or results pdtune cannot read. Chapter failures are results, not exceptions.
     """
     out = Path(out)
+    target = output_folder(out)  # a link to a folder is written through; a file or FIFO there is refused
     book_root = Path(book_root).resolve()
     _check_out(out, force, params, book_root)
     chapters = book_chapters(book_root)
     if not chapters:
         raise InputError(book_root / TOC_NAME, "chapters", f"lists no notebook under {CHAPTER_DIR}/")
-    if html and not (book_root / "_config.yml").is_file():
-        raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
+    if html:
+        if not (book_root / "_config.yml").is_file():
+            raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
+        read_yaml(book_root / "_config.yml", "_config.yml")  # one that cannot be read fails now, not at the end
     # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
     numbers = key_numbers(params.resolved)
 
@@ -380,8 +413,7 @@ def run_workbook(
 
     write_vendor(VENDOR_DIR)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".pdtune-workbook-", dir=out.parent))
+    staging = _new_staging(target, out)
     try:
         _chmod_like_mkdir(staging)
         prepared = []
@@ -409,11 +441,53 @@ def run_workbook(
             html_build = build_html(staging, chapters, results, summary, book_root)
             summary["html"] = html_build.to_dict()
         _write_summary(staging, summary, results)
-        _swap_into_place(staging, out)
+        _swap_into_place(staging, target)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        release(staging)  # whatever stopped the run (a signal included): no staging folder stays behind
         raise
+    release(staging, remove=False)  # it is the output folder now
     return WorkbookResult(out=out, chapters=results, summary=summary, html=html_build)
+
+
+#: Hidden folders beside the output folder: the one being built, and the previous output during the swap.
+STAGING_PREFIX = ".pdtune-workbook-"
+OLD_PREFIX = ".pdtune-workbook-old-"
+
+
+def _new_staging(target: Path, out: Path) -> Path:
+    """A locked staging folder beside ``target``, once the leftovers of killed runs there are cleared away."""
+    created = _make_parent(target.parent, out)
+    parent = target.parent
+    if not created:
+        # A run killed during the swap left the previous output in its old- folder and none in place: put it back.
+        remove_stale(parent, _old_prefix(target), restore=lambda old: _restore_previous(old, target))
+        remove_stale(parent, STAGING_PREFIX, exclude=OLD_PREFIX)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=parent))
+    except OSError as exc:
+        raise InputError(out, "--out", f"cannot write there: {exc.strerror or exc}") from None
+    lock(staging)
+    return staging
+
+
+def _make_parent(folder: Path, out: Path) -> bool:
+    """Create the output's parent folder if missing (True when it was); failures are one line naming --out."""
+    if folder.is_dir():
+        return False
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(out, "--out", f"cannot create {folder}: {exc.strerror or exc}") from None
+    return True
+
+
+def _old_prefix(target: Path) -> str:
+    return f"{OLD_PREFIX}{target.name[:80]}-"
+
+
+def _restore_previous(old: Path, target: Path) -> None:
+    if (old / "previous").is_dir() and not target.exists():
+        os.replace(old / "previous", target)
 
 
 def _chmod_like_mkdir(folder: Path) -> None:
@@ -466,14 +540,21 @@ def _check_out(out: Path, force: bool, params: Parameters, book_root: Path) -> N
 
 
 def _swap_into_place(staging: Path, out: Path) -> None:
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=".pdtune-workbook-old-", dir=out.parent))
-        os.replace(out, old / "previous")
-        try:
+    """Rename ``staging`` to ``out``; a previous output waits in a locked old- folder until the new one is in."""
+    try:
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=_old_prefix(out), dir=out.parent))
+            lock(old)
+            try:
+                os.replace(out, old / "previous")
+                try:
+                    os.replace(staging, out)
+                except BaseException:
+                    os.replace(old / "previous", out)
+                    raise
+            finally:
+                release(old)
+        else:
             os.replace(staging, out)
-        except OSError:
-            os.replace(old / "previous", out)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, out)
+    except OSError as exc:
+        raise InputError(out, "--out", f"cannot write there: {exc.strerror or exc}") from None

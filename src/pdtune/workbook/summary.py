@@ -180,6 +180,7 @@ class KeyNumbers:
             "prefill": _maybe(self.phases.get("prefill")),
             "decode": _maybe(self.phases.get("decode")),
             "frontier": _maybe(self.frontier),
+            "defaults_used": list(self.scenario.defaults_used),
             "notes": list(self.notes),
         }
 
@@ -381,6 +382,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         f"gpu_memory_utilization {gpu['gpu_memory_utilization']:g}",
         f"- workload: ISL/OSL {s['workload']['isl']}/{s['workload']['osl']}; vLLM {s['vllm']}",
         "",
+        *_defaults_section(s.get("defaults_used") or []),
         "## State per request",
         "",
         f"{_num(state['bytes'])} B = **{state['mib']:,.2f} MiB** per request on one unsharded engine "
@@ -458,6 +460,18 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
     if s.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _defaults_section(lines: Sequence[str]) -> list[str]:
+    """Every parameter the file left out, and where its value comes from (nothing is inherited silently)."""
+    if not lines:
+        return []
+    article = [line for line in lines if "carried over" in line]
+    out = ["## Values your parameters file did not give", "",
+           f"{len(lines)} parameters are not in the file; {len(article)} of them are carried over from the "
+           "article's setup (Qwen3.8-2.4T on GB300) and hold for your cluster only if you confirm them. "
+           "Give them in the file to replace them.", ""]
+    return out + [f"- `{line.split(' = ', 1)[0]}` = {line.split(' = ', 1)[1]}" for line in lines] + [""]
 
 
 def _summary(numbers: KeyNumbers, params: Parameters, results: Sequence[ChapterResult]) -> dict[str, Any]:

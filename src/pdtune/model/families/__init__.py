@@ -1,6 +1,6 @@
 """Which reader builds a :class:`~pdtune.model.spec.ModelSpec` for each ``model_type`` vLLM 0.33 serves.
 
-Multimodal wrappers (Qwen2.5-VL, Qwen3-VL, Gemma 3, Llama 4, Kimi-K2.5, Gemma 3n) are read by their
+Multimodal wrappers (Qwen2.5-VL, Qwen3-VL, Gemma 3, Llama 4, Kimi-K2.5, Gemma 3n, LFM2-VL) are read by their
 language model: the ``text_config`` and its ``model_type`` decide, as vLLM's ``hf_text_config`` does.
 """
 
@@ -48,6 +48,16 @@ WRAPPERS: dict[str, str] = {
     "mistral3": "mistral",
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
+    "lfm2_vl": "lfm2",  # LFM2-VL: lfm2_vl.py builds the registered Lfm2ForCausalLM from text_config
+}
+
+#: What the family's transformers config class (5.20, the newest vLLM 0.33 accepts) fills in for keys a
+#: published config.json leaves out, for the keys pdtune reads. vLLM reads the class, not the file:
+#: google/gemma-3-27b-it's text_config names neither vocab_size nor max_position_embeddings.
+CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers/models/gemma3/configuration_gemma3.py, Gemma3TextConfig (and Gemma3Config's tied embeddings)
+    "gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "head_dim": 256,
+                    "tie_word_embeddings": True},
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(set(FAMILIES) | set(WRAPPERS)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdtune import limits
 from pdtune.errors import InputError
 from pdtune.model.config import Config
 from pdtune.model.families.common import attention_shape, moe_shape, mtp_layers, weight_format
@@ -87,7 +88,7 @@ def _moe_layers(cfg: Config, family: str, n: int, has_moe: bool) -> tuple[bool, 
         return (False,) * n
     if family in ("qwen2_moe", "qwen3_moe", "qwen3_vl_moe", "qwen3_vl_moe_text"):
         step = cfg.int("decoder_sparse_step", 1)
-        mlp_only = set(cfg.raw.get("mlp_only_layers") or [])
+        mlp_only = cfg.layer_indices("mlp_only_layers", n)
         return tuple(i not in mlp_only and (i + 1) % step == 0 for i in range(n))
     if family == "glm4_moe":
         first = cfg.int("first_k_dense_replace", 0, minimum=0)
@@ -128,9 +129,9 @@ def _dense_width(cfg: Config) -> int:
     value = cfg.raw.get("intermediate_size")
     if isinstance(value, list):  # gemma3n: one width per layer
         value = value[0] if value else None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InputError(cfg.source, "intermediate_size", "missing" if value is None else f"must be positive, got {value!r}")
-    return value
+    if value is None:
+        raise InputError(cfg.source, "intermediate_size", "missing")
+    return limits.whole_number(value, cfg.source, "intermediate_size", maximum=limits.MAX_WIDTH)
 
 
 def _gemma3n_shared(cfg: Config, kinds: tuple[LayerKind, ...]) -> tuple[int, ...]:
@@ -154,7 +155,7 @@ def llama4(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
     chunk = cfg.opt_int("attention_chunk_size")
     interval = cfg.int("no_rope_layer_interval", 4)
     no_rope = cfg.raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
-    if not isinstance(no_rope, list) or len(no_rope) != n:
+    if not isinstance(no_rope, list) or len(no_rope) != n or any(f not in (0, 1) for f in no_rope):
         raise InputError(cfg.source, "no_rope_layers", f"must list one 0/1 per layer ({n} layers)")
     # Llama4Attention: nope = no_rope_layers[i] == 0; ChunkedLocalAttention if not nope and attention_chunk_size.
     kinds = tuple(LayerKind.CHUNKED_ATTENTION if flag and chunk else LayerKind.FULL_ATTENTION for flag in no_rope)

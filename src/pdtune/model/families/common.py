@@ -5,7 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from pdtune.errors import InputError
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.model.config import Config
 from pdtune.model.spec import AttentionShape, MoEShape, WeightFormat, dtype_bytes
 
@@ -66,7 +67,11 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
     algo = str(q.get("quant_algo", "")).upper()
     if method == "fp8":
         block = q.get("weight_block_size") or [128, 128]
-        per = Fraction(1) + Fraction(4, int(block[0]) * int(block[1]))
+        field = "quantization_config.weight_block_size"
+        if not isinstance(block, list) or len(block) != 2:
+            raise InputError(cfg.source, field, f"must be [rows, columns] of one scale block, got {brief(block)}")
+        rows, cols = (limits.whole_number(b, cfg.source, field, maximum=limits.MAX_WIDTH) for b in block)
+        per = Fraction(1) + Fraction(4, rows * cols)
         return WeightFormat(per, per, base, name="fp8-block")
     if method == "mxfp4":
         # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay bf16.
@@ -86,7 +91,9 @@ def _compressed_tensors(cfg: Config, q: dict[str, Any], base: Fraction) -> Weigh
     for group in groups.values() if isinstance(groups, dict) else []:
         weights = group.get("weights") if isinstance(group, dict) else None
         if isinstance(weights, dict) and weights.get("num_bits") == 4:
-            size = int(weights.get("group_size") or 32)
+            size = limits.whole_number(weights.get("group_size") or 32, cfg.source,
+                                       "quantization_config.config_groups.weights.group_size",
+                                       maximum=limits.MAX_WIDTH)
             return WeightFormat(base, Fraction(1, 2) + Fraction(2, size), base, name=f"int4-g{size}")
         if isinstance(weights, dict) and weights.get("num_bits") == 8:
             return WeightFormat(Fraction(1), Fraction(1), base, name="int8/fp8")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdtune.errors import InputError
+from pdtune import limits
+from pdtune.errors import InputError, brief
 from pdtune.model.config import Config
 from pdtune.model.families.common import attention_shape, moe_shape, mtp_layers, weight_format
 from pdtune.model.families.mla import mla_shape
@@ -49,7 +50,7 @@ def gdn(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
         raise InputError(cfg.source, "linear_num_value_heads", "must be a multiple of linear_num_key_heads")
     moe = moe_shape(cfg)
     sparse_step = cfg.int("decoder_sparse_step", 1)
-    mlp_only = set(cfg.raw.get("mlp_only_layers") or [])
+    mlp_only = cfg.layer_indices("mlp_only_layers", n)
     moe_layers = tuple(moe is not None and i not in mlp_only and (i + 1) % sparse_step == 0 for i in range(n))
     ssm_dtype = cfg.raw.get("mamba_ssm_dtype")
     if ssm_dtype is not None:
@@ -109,8 +110,8 @@ def _mamba2_from_hf(cfg: Config, intermediate: int) -> Mamba2Shape:
     head = cfg.raw.get("mamba_d_head", "auto")
     if head == "auto":  # FalconH1Config / GraniteMoeHybridConfig: intermediate // mamba_n_heads
         head = intermediate // heads
-    elif isinstance(head, bool) or not isinstance(head, int) or head < 1:
-        raise InputError(cfg.source, "mamba_d_head", f"must be a whole number or \"auto\", got {head!r}")
+    else:
+        head = limits.whole_number(head, cfg.source, "mamba_d_head", maximum=limits.MAX_WIDTH)
     return Mamba2Shape(
         num_heads=heads,
         head_dim=head,
@@ -203,10 +204,13 @@ def kimi_linear(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
     kda_layers, full_layers = lac.get("kda_layers"), lac.get("full_attn_layers")
     if isinstance(kda_layers, list) and isinstance(full_layers, list):
         by_layer: dict[int, LayerKind] = {}
-        for i in full_layers:
-            by_layer[int(i) - 1] = LayerKind.MLA
-        for i in kda_layers:
-            by_layer[int(i) - 1] = LayerKind.KDA
+        for key, layers, kind in (("full_attn_layers", full_layers, LayerKind.MLA),
+                                  ("kda_layers", kda_layers, LayerKind.KDA)):
+            for i in layers:
+                if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i <= n:
+                    raise InputError(cfg.source, f"linear_attn_config.{key}",
+                                     f"must hold layer numbers 1 to {n}, got {brief(i)}")
+                by_layer[i - 1] = kind
         if sorted(by_layer) != list(range(n)):
             raise InputError(cfg.source, "linear_attn_config.kda_layers",
                              f"kda_layers and full_attn_layers must cover layers 1..{n} once")
@@ -236,7 +240,7 @@ def lfm2(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
     if cfg.has("layer_types"):
         kinds = cfg.layer_types(n, {"conv": LayerKind.SHORT_CONV, "full_attention": LayerKind.FULL_ATTENTION})
     else:  # Lfm2Config: full attention in full_attn_idxs (every layer when absent)
-        full = set(cfg.raw.get("full_attn_idxs") or range(n))
+        full = cfg.layer_indices("full_attn_idxs", n) or set(range(n))
         kinds = tuple(LayerKind.FULL_ATTENTION if i in full else LayerKind.SHORT_CONV for i in range(n))
     moe = moe_shape(cfg) if family == "lfm2_moe" else None
     dense_first = cfg.int("num_dense_layers", 0, minimum=0) if moe else n

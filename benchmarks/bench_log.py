@@ -1,0 +1,132 @@
+"""``pdtune log`` stays linear in the file's size and in its number of processes, and streams (issue 14, cause 9).
+
+Logs are written from the real 0.33 TP=2 start-up log in ``tests/fixtures/logs``:
+
+* a *restart loop*: the start-up repeated with new pids every time, as a crash-looping server writes it
+  (about 3,500 bytes and 4 new processes per restart);
+* a *long-running server*: one start-up, then request lines (``POST /v1/completions``) up to the size.
+
+Checks, each on the ``pdtune log`` command run as its own process (wall clock, best of three; peak resident
+memory of that process from ``wait4``):
+
+1. linear in size and processes: the 40 MB restart loop (four times the bytes and the processes of the 10 MB
+   one) costs at most 1.5x the time *per MB* of the 10 MB one, i.e. at most 6x its time (quadratic in
+   processes, as before the fix, costs 16x: 5.4 s at 10 MB, 131 s at 40 MB). The same with ``--model``,
+   whose cross-check walks every engine. The ratio of the two times is printed as well;
+2. linear in processes at a fixed size: the 40 MB restart loop with new pids at every restart (28,000
+   processes) takes at most 1.5x the time of the same lines with new pids every fourth restart (7,000);
+3. streamed: a 200 MB log, either kind, peaks below 300 MB of resident memory.
+
+Prints the measurements; exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "tests" / "fixtures" / "logs" / "v0.33_tp2_qwen3-32b_fp8kv.log"
+MODEL = ROOT / "tests" / "fixtures" / "logs" / "models" / "qwen3-32b"
+PDTUNE = Path(sys.executable).parent / "pdtune"
+MB = 10**6
+PER_MB_GROWTH = 1.5  # time per MB at 40 MB over time per MB at 10 MB
+PROCESS_COST = 1.5  # 4x the processes in the same lines
+PEAK_RSS = 300 << 20
+
+
+def restart_loop(path: Path, size: int, *, every: int = 1) -> int:
+    """Write a crash-loop log of about ``size`` bytes, new pids every ``every`` restarts; returns the restarts."""
+    lines = SOURCE.read_text(encoding="utf-8").splitlines(keepends=True)
+    pid = re.compile(r"pid=(\d+)")
+    written = restarts = 0
+    with path.open("w", encoding="utf-8") as fh:
+        while written < size:
+            restarts += 1
+            k = restarts // every
+            block = "".join(pid.sub(lambda m: f"pid={int(m.group(1)) * 100000 + k}", ln) for ln in lines)
+            fh.write(block)
+            written += len(block)
+    return restarts
+
+
+def long_running(path: Path, size: int) -> None:
+    """One start-up, then request lines up to about ``size`` bytes."""
+    head = SOURCE.read_text(encoding="utf-8")
+    line = ("(APIServer pid=1880) INFO 10-14 20:07:{s:02d} [loggers.py:123] 10.0.0.{n}:52{n:03d} - "
+            '"POST /v1/completions HTTP/1.1" 200 OK\n')
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write(head)
+        written = len(head)
+        block = "".join(line.format(s=i % 60, n=i % 250) for i in range(1000))
+        while written < size:
+            fh.write(block)
+            written += len(block)
+
+
+def run(args: list[str]) -> tuple[float, int]:
+    """Wall-clock seconds and peak resident bytes of one ``pdtune log`` process."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([str(PDTUNE), "log", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - started
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.stderr and proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"pdtune log {' '.join(args)} failed: {err[-500:]}")
+    return seconds, usage.ru_maxrss << 10
+
+
+def best(args: list[str], repeats: int = 3) -> tuple[float, int]:
+    times, peaks = zip(*(run(args) for _ in range(repeats)), strict=True)
+    return min(times), max(peaks)
+
+
+def main() -> int:
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="pdtune-bench-log-") as tmp:
+        folder = Path(tmp)
+        loops = {}
+        for mb in (10, 40):
+            loops[mb] = folder / f"loop-{mb}.log"
+            restarts = restart_loop(loops[mb], mb * MB)
+            print(f"restart loop {mb} MB: {restarts:,} restarts, {4 * restarts:,} processes")
+        same = folder / "fewer-processes-40.log"
+        restart_loop(same, 40 * MB, every=4)
+
+        for label, extra in (("", []), (" --model", ["--model", str(MODEL)])):
+            t10, _ = best([str(loops[10]), *extra])
+            t40, _ = best([str(loops[40]), *extra])
+            growth = (t40 / 40) / (t10 / 10)
+            ok = growth <= PER_MB_GROWTH
+            failed |= not ok
+            print(f"pdtune log{label}: 10 MB {t10:.2f} s, 40 MB {t40:.2f} s: {t40 / t10:.2f}x the time for 4x the "
+                  f"bytes and processes; per MB x{growth:.2f} (target <= {PER_MB_GROWTH}) {'ok' if ok else 'SLOW'}")
+        t_loop, _ = best([str(loops[40])])
+        t_same, _ = best([str(same)])
+        ok = t_loop <= PROCESS_COST * t_same
+        failed |= not ok
+        print(f"40 MB: 28,000 processes {t_loop:.2f} s vs the same lines from 7,000 processes {t_same:.2f} s: "
+              f"x{t_loop / t_same:.2f} (target <= {PROCESS_COST}) {'ok' if ok else 'SLOW'}")
+        for path in (*loops.values(), same):
+            path.unlink()
+
+        for kind, write in (("restart loop", restart_loop), ("long-running server", long_running)):
+            big = folder / "big.log"
+            write(big, 200 * MB)
+            seconds, peak = run([str(big)])
+            ok = peak <= PEAK_RSS
+            failed |= not ok
+            print(f"200 MB {kind}: {seconds:.1f} s, peak RSS {peak / 2**20:.0f} MB (target <= "
+                  f"{PEAK_RSS >> 20} MB) {'ok' if ok else 'TOO MUCH'}")
+            big.unlink()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

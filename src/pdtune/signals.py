@@ -1,0 +1,77 @@
+"""Signals and process lifetimes: a command interrupted or killed leaves nothing running and nothing half-made.
+
+* :func:`terminate_raises`: while a command runs, SIGTERM raises :class:`Terminated` in the main thread, as
+  SIGINT raises ``KeyboardInterrupt``, so every ``finally`` and ``except BaseException`` clean-up runs (staging
+  folders removed, worker processes stopped) before the process exits; :func:`pdtune.cli.main` then prints one
+  line and exits 128 + the signal number.
+* :func:`die_with_parent`: a worker process asks the kernel to SIGKILL it the moment its parent dies
+  (``prctl(PR_SET_PDEATHSIG)`` on Linux, through ``ctypes``), which works even when the parent itself was
+  SIGKILLed and could clean up nothing; elsewhere a daemon thread watches the parent's pid. Jupyter kernels a
+  worker starts watch *their* parent the same way (ipykernel's parent poller, ``JPY_PARENT_PID``), so the whole
+  tree goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+#: ``prctl`` option number (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) arrived; a ``BaseException`` so that ``except Exception`` does not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` inside the block (main thread only; a no-op elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process die when ``parent_pid`` (its parent) does, however the parent ends."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                if os.getppid() != parent_pid:  # the parent died before the request was made
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+    _watch_parent(parent_pid)
+
+
+def _watch_parent(parent_pid: int, interval: float = 0.5) -> None:
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pdtune-parent-watch", daemon=True).start()

@@ -1,0 +1,1019 @@
+"""The bad-input corpus of issue 14: hand-written hostile inputs for every subcommand, and the runner that checks
+each one (imported by ``test_fuzz_cli.py``; ``python tests/badinputs.py ROOT OUT.jsonl ID...`` runs cases in a
+child process under an address-space limit).
+
+:func:`build` writes every fixture below a root folder and returns the :class:`Case` list. A case is the
+``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``;
+0 for bad input the issue did not list), and what the error line must name. Every case must end with exit
+status 2, exactly one line on stderr, no traceback, no file created or changed anywhere below the root, within
+its time limit and under the memory limit. Cases are grouped per cause and run in one child process per group
+(``in_child``), each with its own SIGALRM deadline, so a hang or a memory blow-up fails that case only; cases
+that change the environment run as their own ``pdtune`` process (``own_process``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from dataclasses import field as dc_field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+MODELS = REPO / "data" / "models"
+#: Address space of a child running cases (numpy/pandas reserve much more than they touch).
+ADDRESS_SPACE = 4 << 30
+#: Peak resident memory one case may add.
+CASE_RSS = 400 << 20
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    cause: int
+    argv: tuple[str, ...]
+    names: str = ""  # must appear in the error line (the file, the flag)
+    field: str = ""  # must appear as ": <field>:" (the key, column, line), when given
+    own_process: bool = False  # a pdtune process of its own (environment changes)
+    env: dict[str, str] = dc_field(default_factory=dict)
+    timeout: float = 20.0
+
+    @property
+    def group(self) -> str:
+        return "own" if self.own_process else f"cause{self.cause:02d}"
+
+
+# ------------------------------------------------------------------------------------------ fixture helpers
+
+
+def deep_json(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+def deep_yaml(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def laughs(levels: int = 8, width: int = 9) -> str:
+    """A billion-laughs YAML value: ``width ** levels`` strings once expanded."""
+    parts = ['&a0 [' + ", ".join(['"lol"'] * width) + "]"]
+    parts += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(parts) + "]"
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    """Write a fixture once (the corpus is deterministic: a second build finds it in place)."""
+    if path.exists() or path.is_symlink():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        os.mkfifo(path)
+    return path
+
+
+def vllm_record(**changes: Any) -> dict[str, Any]:
+    record = json.loads((FIXTURES / "results" / "vllm_bench" / "qwen3-32b-c16-percentiles.json").read_text())
+    record.update(changes)
+    return record
+
+
+def config(name: str, **changes: Any) -> dict[str, Any]:
+    raw = json.loads((MODELS / name / "config.json").read_text())
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".", 1)
+            raw[outer] = {**raw.get(outer, {}), inner: value}
+        else:
+            raw[key] = value
+    return raw
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj)
+
+
+def device(path: Path, minor: int) -> Path | None:
+    """A character device of the memory driver (``/dev/null`` is minor 3, ``/dev/zero`` 5) made in the corpus, so
+    that no case ever points at the machine's own; None where pdtune's tests may not make one (not root)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    except (OSError, AttributeError):
+        return None
+    return path
+
+
+def immutable(folder: Path) -> bool:
+    """Make ``folder`` unwritable even for root (chattr +i); False where that is not possible."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
+        return True
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        return True
+    return False
+
+
+def release_immutable(root: Path) -> None:
+    folder = root / "out" / "immutable"
+    if folder.exists() and shutil.which("chattr"):
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+    with contextlib.suppress(OSError):
+        folder.chmod(0o700)
+
+
+# ------------------------------------------------------------------------------------------ the corpus
+
+
+def build(root: Path) -> list[Case]:
+    """Write every fixture below ``root`` (idempotent) and return the cases."""
+    root.mkdir(parents=True, exist_ok=True)
+    cases: list[Case] = []
+
+    seen: dict[str, int] = {}
+
+    def add(cause: int, name: str, *argv: str | Path, names: str | Path = "", field: str = "", **kw: Any) -> None:
+        seen[name] = seen.get(name, 0) + 1
+        case_id = name if seen[name] == 1 else f"{name}-{seen[name]}"
+        cases.append(Case(case_id, cause, tuple(str(a) for a in argv), str(names), field, **kw))
+
+    m = root / "models"
+    r = root / "results"
+    lg = root / "logs"
+    p = root / "params"
+    out = root / "out"
+    sp = root / "special"
+    out.mkdir(exist_ok=True)
+    write(out / "a-file", "not a folder\n")
+    (out / "a-folder").mkdir(exist_ok=True)
+    can_lock = immutable(out / "immutable")
+    good_result = str(FIXTURES / "results" / "vllm_bench" / "qwen3-32b-c16-percentiles.json")
+    qwen32 = str(FIXTURES / "logs" / "models" / "qwen3-32b")
+    log33 = FIXTURES / "logs" / "v0.33_tp2_qwen3-32b_fp8kv.log"
+    params_ok = REPO / "data" / "params" / "qwen3-next-80b-h200.yaml"
+    state = ("state", "--isl", "1024", "--osl", "128")
+    predict = ("--topology", "TEP8", "--mode", "decode", "--gpu", "h200")
+
+    # ---------------------------------------------------------------- 1: parser errors (depth, digits, keys)
+    write(m / "deep" / "config.json", '{"model_type": "llama", "x": ' + deep_json(5000) + "}")
+    write(m / "bigint" / "config.json", dump(config("llama-3.1-8b"))[:-1] + ', "vocab_size": ' + "7" * 5000 + "}")
+    write(m / "dupkey" / "config.json", dump(config("llama-3.1-8b"))[:-1] + ', "hidden_size": 1}')
+    write(m / "deeplist" / "config.json", '{"model_type": "llama", "x": ' + "[" * 100000 + "]" * 100000 + "}")
+    for model in ("deep", "bigint", "dupkey", "deeplist"):
+        add(1, f"state-config-{model}", *state, m / model, names=f"{model}/config.json")
+        add(1, f"predict-config-{model}", "predict", m / model, *predict, names=f"{model}/config.json")
+        add(1, f"plan-config-{model}", "plan", m / model, "--gpu", "h200", "--max-gpus", "16", "--isl", "1024",
+            "--osl", "128", names=f"{model}/config.json")
+        add(1, f"log-model-{model}", "log", log33, "--model", m / model, names=f"{model}/config.json")
+        add(1, f"state-draft-{model}", *state, "llama-3.1-8b", "--speculative-model", m / model,
+            names=f"{model}/config.json")
+    add(1, "dataset-model-deep", "dataset", "generate", "--model", m / "deep", "--out", out / "ds",
+        names="deep/config.json")
+    write(r / "deep.json", deep_json(20000))
+    write(r / "bigint.json", dump(vllm_record())[:-1] + ', "completed": ' + "9" * 5000 + "}")
+    write(r / "dupkey.json", dump(vllm_record())[:-1] + ', "max_concurrency": 32}')
+    write(r / "deepline.jsonl", dump(vllm_record()) + "\n" + deep_json(20000) + "\n")
+    write(r / "bigline.jsonl", dump(vllm_record()) + "\n" + '{"max_concurrency": ' + "1" * 6000 + "}\n")
+    for name in ("deep.json", "bigint.json", "dupkey.json", "deepline.jsonl", "bigline.jsonl"):
+        add(1, f"results-{name}", "results", r / name, "--gpus", "8", names=name)
+        add(1, f"frontier-{name}", "frontier", r / name, "--gpus", "8", names=name)
+        add(1, f"plan-results-{name}", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+            "--osl", "128", "--decode-results", r / name, names=name)
+    # srt-slurm job metadata and a rollup's JSON twin nested deep
+    job = r / "srt-deepmeta" / "outputs" / "5550001"
+    _copytree(FIXTURES / "results" / "srt_slurm" / "agg" / "outputs" / "4411377" / "logs", job / "logs",
+                    dirs_exist_ok=True)
+    write(job / "5550001.json", deep_json(20000))
+    add(1, "results-srt-metadata-deep-explicit", "results", job / "5550001.json", names="5550001.json")
+    rollup = r / "srt-deeptwin" / "logs"
+    write(rollup / "benchmark-rollup.csv", "Concurrency,Total Token Throughput,Output Token Throughput,Median TPOT,"
+          "Total GPU Count\n8,1000,500,10,8\n")
+    write(rollup / "benchmark-rollup.json", deep_json(20000))
+    add(1, "results-rollup-twin-deep", "results", rollup, names="benchmark-rollup.json")
+    # sidecars and workbook files nested thousands deep, with complex and duplicate keys
+    for name, text, field_ in (("deep", "total: " + deep_yaml(5000), "gpus"), ("complex", "? [a, b]\n: 1\n", "gpus"),
+                               ("dup", "total: 8\ntotal: 16\n", "gpus"),
+                               ("bigint", "total: " + "9" * 5000 + "\n", "gpus"),
+                               ("recursive", "total: &a [*a]\n", "gpus")):
+        folder = r / f"sidecar-{name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(good_result, folder / "run.json")
+        write(folder / "pdtune-gpus.yaml", text)
+        add(1, f"results-sidecar-{name}", "results", folder, names="pdtune-gpus.yaml", field=field_ or "")
+        add(1, f"frontier-sidecar-{name}", "frontier", folder, names="pdtune-gpus.yaml")
+    base = params_ok.read_text()
+    for name, text in (("deep", base + "title: " + deep_yaml(5000) + "\n"),
+                       ("complex", "? [a, b]\n: 1\n" + base),
+                       ("dup", base + "isl: 4096\n"),
+                       ("bigint", base.replace("isl: 8192", "isl: " + "9" * 5000)),
+                       ("tags", base + "title: !!python/object:os.system ls\n")):
+        add(1, f"workbook-params-{name}", "workbook", write(p / f"{name}.yaml", text), "--out", out / "wb",
+            names=f"{name}.yaml")
+    for name, text in (("deep", deep_yaml(5000)), ("complex", "? [a]\n: 1\n"), ("dup", "model: x\nmodel: y\n"),
+                       ("bigint", "mtp_tokens: " + "9" * 5000)):
+        add(1, f"dataset-params-{name}", "dataset", "generate", "--params", write(p / f"ds-{name}.yaml", text),
+            "--out", out / "ds", names=f"ds-{name}.yaml")
+        add(1, f"dataset-params-json-{name}", "dataset", "generate", "--params",
+            write(p / f"ds-{name}.json", deep_json(5000) if name == "deep" else '{"model": 1, "model": 2}'
+                  if name == "dup" else '{"mtp_tokens": ' + "9" * 5000 + "}" if name == "bigint" else "[1]"),
+            "--out", out / "ds", names=f"ds-{name}.json")
+    valid_plan = {"generator": "pdtune plan", "rows": [],
+                  "settings": {"isl": 1024, "osl": 128, "max_gpus": 16, "max_num_batched_tokens": 8192,
+                               "gpu_memory_utilization": 0.92, "kv_cache_dtype": "fp8"},
+                  "model": {"name": "qwen3-32b", "precision": "bfloat16"},
+                  "gpus": {"prefill": {"name": "h100", "gpus_per_node": 8}, "decode": {"name": "h100",
+                                                                                       "gpus_per_node": 8}}}
+    plan_ok = write(root / "plans" / "plan.json", json.dumps(valid_plan))
+    for name, text in (("deep", deep_json(5000)), ("bigint", '{"generator": "pdtune plan", "rows": ' + "9" * 5000 + "}"),
+                       ("dup", '{"generator": "pdtune plan", "generator": "x"}'), ("list", "[1, 2]")):
+        add(1, f"recipe-plan-{name}", "recipe", write(root / "plans" / f"{name}.json", text), "--row", "0",
+            "--out", out / "rec", names=f"{name}.json")
+    add(1, "results-srt-recipe-copy-deep", "results", _recipe_job(r / "srt-deeprecipe", "name: x\nmodel: "
+                                                                   + deep_yaml(5000) + "\n"), names="config.yaml")
+    book = root / "book-garbage"
+    write(book / "_toc.yml", "root: [\n  foo: {\n")
+    add(10, "workbook-toc-garbage", "workbook", params_ok, "--out", out / "wb", "--book", book, names="_toc.yml")
+    write(root / "book-deep" / "_toc.yml", "root: " + deep_yaml(5000) + "\n")
+    add(1, "workbook-toc-deep", "workbook", params_ok, "--out", out / "wb", "--book", root / "book-deep",
+        names="_toc.yml")
+
+    # ---------------------------------------------------------------- 2: huge, tiny, NaN floats in conversions
+    for flag, value in (("--kv-cache-gib", "1e308"), ("--kv-cache-gib", "inf"), ("--kv-cache-gib", "nan"),
+                        ("--kv-cache-gib", "-1"), ("--gpu-memory-gib", "1e300"), ("--gpu-memory-gib", "1e-300")):
+        add(2, f"state-{flag}-{value}", *state, "qwen3.8-2.4t", flag, value, names=flag)
+    for flag in ("--total-gib", "--weights-gib", "--non-torch-gib", "--activation-gib", "--graphs-gib",
+                 "--cuda-context-gib"):
+        argv = {"--total-gib": "276", "--weights-gib": "100"}
+        for value in ("1e308", "nan", "inf"):
+            add(2, f"memory-{flag}-{value}", "memory", *[x for k, v in {**argv, flag: value}.items() for x in (k, v)],
+                names=flag)
+    for value in ("1e-9", "1e-300", "0", "nan", "1e308"):
+        add(2, f"memory-per-request-{value}", "memory", "--total-gib", "276", "--weights-gib", "100",
+            "--per-request-mib", value, names="per-request-mib")
+    for flag in ("--first-graph-mib", "--per-graph-mib"):
+        for value in ("1e308", "nan", "1e-300"):
+            add(2, f"graphs-{flag}-{value}", "graphs", "--max-num-seqs", "64", "--first-graph-mib", "100", flag, value,
+                names=flag)
+    for value in ("1e308", "nan", "inf"):
+        add(2, f"log-total-gib-{value}", "log", log33, "--total-gib", value, names="--total-gib")
+        add(2, f"predict-gpu-memory-{value}", "predict", "qwen3-32b", *predict, "--gpu-memory-gib", value,
+            names="--gpu-memory-gib")
+    add(2, "state-max-model-len-400-digits", *state[:1], "qwen3.8-2.4t", "--max-model-len", "9" * 400,
+        names="--max-model-len")
+    for key, value in (("gpu_memory_gib", ".inf"), ("gpu_memory_gib", ".nan"), ("gpu_memory_gib", "1e300"),
+                       ("min_tps_per_user", ".nan"), ("non_torch_gib", ".inf"), ("mtp_acceptance", ".nan"),
+                       ("accuracy_threshold", ".nan"), ("activation_peak_gib", "1e300")):
+        text = "\n".join(ln for ln in base.splitlines() if not ln.startswith(f"{key}:")) + f"\n{key}: {value}\n"
+        add(2, f"workbook-{key}-{value}", "workbook", write(p / f"{key}-{value.strip('.')}.yaml", text), "--out",
+            out / "wb", names=f"{key}-{value.strip('.')}.yaml", field=key)
+    for name, changes in (("rope-nan", {"rope_scaling": {"rope_type": "linear", "factor": float("nan")}}),
+                          ("rope-inf", {"rope_scaling": {"rope_type": "linear", "factor": 1e400}}),
+                          ("rope-text", {"rope_scaling": {"rope_type": "linear", "factor": "big"}})):
+        write(m / name / "config.json", json.dumps(config("llama-3.1-8b", **changes)).replace("Infinity", "1e400"))
+        add(2, f"state-config-{name}", *state, m / name, names=f"{name}/config.json", field="rope_scaling.factor")
+    for value in ("nan", "inf", "1e400"):
+        add(2, f"plan-min-tps-{value}", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+            "--osl", "128", "--min-tps-per-user", value, names="--min-tps-per-user")
+        add(2, f"plan-max-ttft-{value}", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+            "--osl", "128", "--max-ttft-ms", value, names="--max-ttft-ms")
+        add(2, f"frontier-min-tps-{value}", "frontier", good_result, "--gpus", "8", "--min-tps-per-user", value,
+            names="--min-tps-per-user")
+        add(2, f"predict-acceptance-{value}", "predict", "qwen3-32b", *predict, "--acceptance", value,
+            names="--acceptance")
+    for key, value in (("acceptance", ".nan"), ("accuracy", ".inf")):
+        add(2, f"dataset-{key}-{value}", "dataset", "generate", "--params",
+            write(p / f"ds-{key}.yaml", f"{key}: {value}\n"), "--out", out / "ds", names=f"ds-{key}.yaml", field=key)
+
+    # ---------------------------------------------------------------- 3: big integers before pandas
+    for name, record in (("conc-1e20", vllm_record(max_concurrency=10**20)),
+                         ("conc-1e30", vllm_record(max_concurrency=10**30)),
+                         ("completed-1e25", vllm_record(completed=10**25)),
+                         ("isl-1e20", vllm_record(isl=10**20)),
+                         ("throughput-400-digits", None),
+                         ("throughput-1e300", vllm_record(output_throughput=1e300)),
+                         ("tokens-1e30", vllm_record(total_output_tokens=10**30))):
+        text = (dump(vllm_record())[:-1] + ', "output_throughput": ' + "9" * 400 + "}") if record is None \
+            else dump(record)
+        if record is None:
+            text = text.replace('"output_throughput": 1004.6795603331491, ', "")
+        add(3, f"results-{name}", "results", write(r / f"{name}.json", text), "--gpus", "8", names=f"{name}.json")
+        add(3, f"frontier-{name}", "frontier", r / f"{name}.json", "--gpus", "8", names=f"{name}.json")
+    name_dir = r / "srt-bignames" / "logs" / "sa-bench_isl_1024_osl_1024"
+    src = FIXTURES / "results" / "srt_slurm" / "agg" / "outputs" / "4411377" / "logs" / "sa-bench_isl_1024_osl_1024"
+    for fname in (f"results_concurrency_{10**20}_gpus_8.json", f"results_concurrency_8_gpus_{10**25}.json",
+                  f"results_concurrency_8_gpus_{10**22}_ctx_{10**21}_gen_{9 * 10**21}.json"):
+        target = write(name_dir / fname, (src / "results_concurrency_8_gpus_8.json").read_text().replace(
+            '"max_concurrency": 8', f'"max_concurrency": {fname.split("_")[2]}'))
+        add(3, f"results-file-name-{fname[:40]}", "results", target, names=fname[:20])
+    folder = r / f"isl_{10**30}_osl_1024"
+    write(folder / "concurrency_8.json", dump(vllm_record(max_concurrency=8)))
+    add(3, "results-folder-name-isl-1e30", "results", folder, "--gpus", "8", names=f"isl_{10**30}")
+    aiperf_src = FIXTURES / "results" / "aiperf" / "top-level-layout" / "profile_export_aiperf.json"
+    aip = json.loads(aiperf_src.read_text())
+    for name, cli in (("conc-1e30", f"aiperf profile --concurrency {10**30}"),
+                      ("conc-5000-digits", "aiperf profile --concurrency " + "9" * 5000)):
+        rec = {k: v for k, v in aip.items() if k not in ("input_config",)}
+        rec["run_info"] = {"cli_command": cli}
+        add(3, f"results-aiperf-{name}", "results", write(r / f"aiperf-{name}" / "profile_export_aiperf.json",
+                                                          dump(rec)), "--gpus", "8", names="profile_export_aiperf.json")
+    for value in (str(10**20), str(10**30), "9" * 400, "prefill=" + str(10**25) + ",decode=8"):
+        add(3, f"results-gpus-flag-{value[:12]}", "results", good_result, "--gpus", value, names="--gpus")
+        add(3, f"frontier-gpus-flag-{value[:12]}", "frontier", good_result, "--gpus", value, names="--gpus")
+    ix = (FIXTURES / "results" / "inferencex" / "InferenceX_synthetic_gb200.csv").read_text().splitlines()
+    header_at = next(i for i, ln in enumerate(ix) if ln.startswith("Model,"))
+    cols = ix[header_at].split(",")
+    row = ix[header_at + 1].split(",")
+    for name, col, value in (("tp-1e20", "TP", str(10**20)), ("conc-1e30", "Concurrency", str(10**30)),
+                             ("tput-400-digits", "Throughput/GPU (tok/s)", "9" * 400),
+                             ("tput-inf", "Throughput/GPU (tok/s)", "inf"), ("isl-1e20", "ISL", "1e20")):
+        changed = list(row)
+        changed[cols.index(col)] = value
+        add(3, f"results-inferencex-{name}", "results",
+            write(r / f"ix-{name}.csv", "\n".join(ix[: header_at + 1] + [",".join(changed)]) + "\n"),
+            names=f"ix-{name}.csv", field=col if name != "tp-1e20" else "")
+    for value in (str(10**20), "9" * 30):
+        add(3, f"predict-concurrency-{value[:8]}", "predict", "qwen3-32b", *predict, "--concurrency", value,
+            names="--concurrency")
+        add(3, f"dataset-concurrency-{value[:8]}", "dataset", "generate", "--concurrency", value, "--out", out / "ds",
+            names="concurrenc")
+
+    # ---------------------------------------------------------------- 4: unvalidated fields
+    for name, value in (("zero", [0, 128]), ("text", "abc"), ("one", [128]), ("nested", [[128], [128]]),
+                        ("float", [128.5, 128]), ("huge", [10**30, 128]), ("negative", [-128, 128])):
+        write(m / f"fp8-{name}" / "config.json",
+              json.dumps(config("deepseek-v3", **{"quantization_config.weight_block_size": value})))
+        add(4, f"predict-fp8-block-{name}", "predict", m / f"fp8-{name}", *predict, names=f"fp8-{name}",
+            field="quantization_config.weight_block_size")
+        add(4, f"plan-fp8-block-{name}", "plan", m / f"fp8-{name}", "--gpu", "h200", "--max-gpus", "16",
+            "--isl", "1024", "--osl", "128", names=f"fp8-{name}")
+    for name, value in (("int", 5), ("nested", [[1], [2]]), ("text", "all"), ("out-of-range", [99999]),
+                        ("negative", [-1]), ("bool", [True])):
+        write(m / f"mlp-only-{name}" / "config.json", json.dumps(config("qwen3-next-80b-a3b", mlp_only_layers=value)))
+        add(4, f"state-mlp-only-{name}", *state, m / f"mlp-only-{name}", names=f"mlp-only-{name}",
+            field="mlp_only_layers")
+        add(4, f"predict-mlp-only-{name}", "predict", m / f"mlp-only-{name}", *predict, names=f"mlp-only-{name}")
+    for name, changes in (("heads-text", {"num_attention_heads": "32"}), ("heads-float", {"num_attention_heads": 32.0}),
+                          ("heads-bool", {"num_attention_heads": True}), ("heads-zero", {"num_attention_heads": 0}),
+                          ("kv-negative", {"num_key_value_heads": -8}), ("dtype-list", {"torch_dtype": ["bf16"]}),
+                          ("layer-types-nested", {"layer_types": [["full_attention"]] * 32}),
+                          ("model-type-list", {"model_type": ["llama"]}), ("hidden-huge", {"hidden_size": 10**20}),
+                          ("no-rope-text", {"model_type": "llama4", "no_rope_layers": "yes"})):
+        write(m / name / "config.json", json.dumps(config("llama-3.1-8b", **changes)))
+        add(4, f"state-config-{name}", *state, m / name, names=f"{name}/config.json")
+    detail = json.loads((FIXTURES / "results" / "vllm_bench" / "qwen3-32b-c4-detailed.json").read_text())
+    for name, key, value in (("output-lens-nested", "output_lens", [[x] for x in detail["output_lens"]]),
+                             ("ttfts-nested", "ttfts", [[x, x] for x in detail["ttfts"]]),
+                             ("latencies-text", "latencies", ["fast"] * len(detail["latencies"])),
+                             ("ttfts-short", "ttfts", detail["ttfts"][:2]),
+                             ("output-lens-dict", "output_lens", {"a": 1})):
+        add(4, f"results-detail-{name}", "results", write(r / f"detail-{name}.json", dump({**detail, key: value,
+            "median_tpot_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None})), "--gpus", "8",
+            names=f"detail-{name}.json")
+    for name, text in (("superscript", 'total: "²"\n'), ("arabic", 'total: "٣"\n'), ("float", "total: 8.5\n"),
+                       ("list", "total: [8]\n"), ("text", "total: eight\n"), ("zero", "total: 0\n"),
+                       ("huge", f"total: {10**30}\n"), ("huge-text", f'total: "{10**30}"\n'),
+                       ("negative", "prefill: -8\ndecode: 16\n"), ("laughs", "total: " + laughs() + "\n")):
+        folder = r / f"sidecar-{name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(good_result, folder / "run.json")
+        write(folder / "pdtune-gpus.yaml", text)
+        add(4 if name != "laughs" else 10, f"results-sidecar-{name}", "results", folder, names="pdtune-gpus.yaml")
+    for name, value in (("text", '"x"'), ("nested", "[[8]]"), ("huge", str(10**30)), ("zero", "0")):
+        add(4, f"dataset-concurrencies-{name}", "dataset", "generate", "--params",
+            write(p / f"ds-conc-{name}.yaml", f"concurrencies: [{value}]\n"), "--out", out / "ds",
+            names=f"ds-conc-{name}.yaml", field="concurrencies")
+    for name, text in (("workload-text", "prefill_workload: {isl: x, osl: 2}\n"),
+                       ("workload-huge", f"decode_workload: {{isl: {10**30}, osl: 2}}\n"),
+                       ("topology-list", "prefill_topologies: [[TP2]]\n"), ("disagg-number", "disagg_configs: [5]\n"),
+                       ("mtp-text", "mtp_tokens: many\n"), ("model-number", "model: 5\n"),
+                       ("unknown-key", "modle: x\n"), ("not-mapping", "- 1\n- 2\n")):
+        add(4, f"dataset-params-{name}", "dataset", "generate", "--params", write(p / f"ds-{name}.yaml", text),
+            "--out", out / "ds", names=f"ds-{name}.yaml")
+    for name, changes_ in (("rows-text", {"rows": "x"}), ("row-no-number", {"rows": [{"deployment": "1xTP2:1xTP2"}]}),
+                           ("row-number-text", {"rows": [{"row": "zero", "deployment": "1xTP2:1xTP2"}]}),
+                           ("row-huge", {"rows": [{"row": 10**30, "deployment": "1xTP2:1xTP2"}]}),
+                           ("settings-list", {"settings": []}), ("rows-dicts-of-lists", {"rows": [[1, 2]]})):
+        plan = {**valid_plan, **changes_}
+        add(4, f"recipe-{name}", "recipe", write(root / "plans" / f"{name}.json", json.dumps(plan)), "--row", "0",
+            "--out", out / "rec", names=f"{name}.json")
+
+    # ---------------------------------------------------------------- 5: one number drives memory
+    for name, value in (("layers-1e18", 10**18), ("layers-1e9", 10**9), ("layers-5000", 5000),
+                        ("experts-1e12", None), ("vocab-1e15", None), ("heads-1e9", None)):
+        changes: dict[str, Any] = {"num_hidden_layers": value} if value else {}
+        if name.startswith("experts"):
+            changes = {"num_experts": 10**12}
+        if name.startswith("vocab"):
+            changes = {"vocab_size": 10**15}
+        if name.startswith("heads"):
+            changes = {"num_attention_heads": 10**9, "num_key_value_heads": 10**9}
+        write(m / name / "config.json", json.dumps(config("qwen3-next-80b-a3b", **changes)))
+        add(5, f"state-config-{name}", *state, m / name, names=f"{name}/config.json")
+        add(5, f"predict-config-{name}", "predict", m / name, *predict, names=f"{name}/config.json")
+        add(5, f"plan-config-{name}", "plan", m / name, "--gpu", "h200", "--max-gpus", "16", "--isl", "1024",
+            "--osl", "128", names=f"{name}/config.json")
+        add(5, f"log-model-{name}", "log", log33, "--model", m / name, names=f"{name}/config.json")
+    for value in ("1000000000", "100000", str(10**18)):
+        add(5, f"graphs-max-num-seqs-{value[:10]}", "graphs", "--max-num-seqs", value, names="--max-num-seqs")
+        add(5, f"predict-max-num-seqs-{value[:10]}", "predict", "qwen3-32b", *predict, "--max-num-seqs", value,
+            names="--max-num-seqs")
+    for flag, value in (("--max-capture-size", str(10**9)), ("--max-num-batched-tokens", str(10**12)),
+                        ("--num-speculative-tokens", "100000")):
+        add(5, f"graphs-{flag}", "graphs", "--max-num-seqs", "8", flag, value, names=flag)
+    for flag, value in (("--tp", str(10**9)), ("--max-model-len", str(10**12)), ("--block-size", str(10**9)),
+                        ("--max-num-batched-tokens", str(10**10)), ("--num-speculative-tokens", str(10**6)),
+                        ("--decode-context-parallel-size", str(10**7)), ("--template-tokens", str(10**15))):
+        add(5, f"state-{flag}", "state", "qwen3.8-2.4t", "--isl", "1024", "--osl", "128", flag, value, names=flag) \
+            if flag != "--max-model-len" else add(5, f"state-{flag}", "state", "qwen3.8-2.4t", flag, value, names=flag)
+    for flag, value in (("--max-gpus", str(10**12)), ("--isl", str(10**12)), ("--mtp", "1000"),
+                        ("--max-num-batched-tokens", str(10**11))):
+        add(5, f"plan-{flag}", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024", "--osl",
+            "128", flag, value, names=flag)
+    for flag, value in (("--tp", str(10**9)), ("--max-model-len", str(10**13))):
+        add(5, f"log-{flag}", "log", log33, "--model", qwen32, flag, value, names=flag)
+    add(5, "recipe-row-1e30", "recipe", plan_ok, "--row", str(10**30), "--out", out / "rec", names="--row")
+    for key, value in (("max_num_seqs", f"[{10**9}]"), ("isl", str(10**30)), ("osl", str(10**12)),
+                       ("num_speculative_tokens", str(10**6)), ("decode_topologies", "[" + ",".join(["TEP8"] * 5000) + "]")):
+        text = "\n".join(ln for ln in base.splitlines() if not ln.startswith(f"{key}:")) + f"\n{key}: {value}\n"
+        add(5 if key != "isl" else 13, f"workbook-{key}-huge", "workbook", write(p / f"huge-{key}.yaml", text),
+            "--out", out / "wb", names=f"huge-{key}.yaml", field=key)
+
+    # ---------------------------------------------------------------- 6: output paths
+    # Never the machine's own /dev/null: code that replaces its output (the bug) would replace it for everyone.
+    null = device(sp / "null", 3)
+    targets = (("below-a-file", out / "a-file" / "x.csv"), ("a-folder", out / "a-folder"),
+               ("proc", Path("/proc/pdtune-test/x.csv")), ("proc-self", Path("/proc/self/status")),
+               ("fifo", fifo(sp / "out-fifo")))
+    if null is not None:
+        targets += (("device", null),)
+    if can_lock:
+        targets += (("immutable", out / "immutable" / "x.csv"),)
+    for name, target in targets:
+        add(6, f"results-o-{name}", "results", good_result, "--gpus", "8", "--csv", "-o", target, names=target.name)
+    folders = (("below-a-file", out / "a-file" / "wb"), ("a-file", out / "a-file"),
+               ("proc", Path("/proc/pdtune-test")), ("fifo", sp / "out-fifo"))
+    if can_lock:
+        folders += (("immutable", out / "immutable" / "wb"),)
+    for name, target in folders:
+        add(6, f"workbook-out-{name}", "workbook", params_ok, "--out", target, "--force", names=target.name)
+        add(6, f"dataset-out-{name}", "dataset", "generate", "--params", write(p / "ds-ok.yaml", "concurrencies: [1]\n"),
+            "--out", target, names=target.name)
+        add(6, f"plan-recipes-{name}", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+            "--osl", "128", "--recipes", target, names=target.name)
+    # a broken link as the output folder, and a link below which nothing can be created
+    link = out / "dangling-link"
+    if not link.is_symlink():
+        link.symlink_to(root / "nowhere" / "at-all")
+    add(6, "workbook-out-dangling-link", "workbook", params_ok, "--out", link, names="dangling-link")
+
+    # ---------------------------------------------------------------- 7: FIFOs and special files as input
+    zero = device(sp / "zero", 5)
+    for name, path in (("fifo", fifo(sp / "in.fifo")), ("folder", sp / "a-folder"),
+                       *((("device", zero),) if zero is not None else ())):
+        (sp / "a-folder").mkdir(parents=True, exist_ok=True)
+        add(7, f"log-{name}", "log", path, names=path.name)
+        add(7, f"state-model-{name}", *state, path, names=path.name) if name != "folder" else None
+        add(7, f"workbook-params-{name}", "workbook", path, "--out", out / "wb", names=path.name) \
+            if name != "folder" else None
+        add(7, f"recipe-plan-{name}", "recipe", path, "--row", "0", "--out", out / "rec", names=path.name)
+        add(7, f"dataset-params-{name}", "dataset", "generate", "--params", path, "--out", out / "ds",
+            names=path.name)
+        add(7, f"results-{name}", "results", path, "--gpus", "8", names=path.name) if name != "folder" else None
+    walk = r / "fifo-in-folder"
+    fifo(walk / "x.json")
+    fifo(walk / "results_concurrency_8_gpus_8.json")
+    add(7, "results-folder-with-fifos", "results", walk, "--gpus", "8", names="fifo-in-folder", field="results")
+    add(7, "frontier-folder-with-fifos", "frontier", walk, "--gpus", "8", names="fifo-in-folder")
+    side = r / "sidecar-fifo"
+    side.mkdir(parents=True, exist_ok=True)
+    shutil.copy(good_result, side / "run.json")
+    fifo(side / "pdtune-gpus.yaml")
+    add(7, "results-sidecar-fifo", "results", side, names="pdtune-gpus.yaml")
+    cfgfifo = m / "config-fifo"
+    fifo(cfgfifo / "config.json")
+    add(7, "state-config-json-fifo", *state, cfgfifo, names="config.json")
+    meta_fifo = r / "srt-meta-fifo" / "outputs" / "5550003"
+    _copytree(FIXTURES / "results" / "srt_slurm" / "agg" / "outputs" / "4411377" / "logs", meta_fifo / "logs",
+                    dirs_exist_ok=True)
+    fifo(meta_fifo / "5550003.json")
+    add(7, "results-srt-metadata-fifo", "results", meta_fifo / "5550003.json", names="5550003.json")
+
+    # ---------------------------------------------------------------- 8: regex backtracking in pdtune log
+    head = "(EngineCore_DP0 pid=1) INFO 10-14 09:12:41 [gpu_worker.py:298] "
+    for name, line in (("free-memory-digits", head + "Free memory on device (" + "1" * 20000 + "/1 GiB) on startup. "
+                        "Desired GPU memory utilization is (0.9, 1 GiB). Actual usage is"),
+                       ("letters-before-kv", head + "a" * 200000 + " KV cache size: x"),
+                       ("capitals-after-profiling", head + "Profiling CUDA graph memory: " + "A" * 200000),
+                       ("unclosed-prefixes", "(a pid=1 " * 200000 + "INFO 10-14 09:12:41 [x.py:1] hello"),
+                       ("endless-number", head + "Free memory on device (" + "9," * 100000),
+                       ("args-braces", head + "non-default args: " + "{" * 100000),
+                       ("graph-groups", head + "Profiling CUDA graph memory: " + "FULL=1 (largest=" * 20000),
+                       ("enabled-repeats", head + "CUDA graph memory profiling is enabled " * 5000),
+                       ("snapshot-repeats", head + "worker init memory snapshot: " * 8000),
+                       ("one-huge-line", "x" * (8 << 20))):
+        add(8, f"log-{name}", "log", write(lg / f"{name}.log", line + "\n"), names=f"{name}.log", timeout=10)
+    # lines each a few tens of KB, repeated: a per-line cost quadratic in the line's length adds up to minutes
+    for name, message in (("args-repeated", "non-default args: {" * 3000),
+                          ("spec-repeated", "Initializing a V1 LLM engine (v0.33.0) with config: "
+                           + "speculative_config=SpeculativeConfig(" * 1500),
+                          ("server-version", "vLLM server version " + "x" * 50000)):
+        add(8, f"log-{name}-lines", "log", write(lg / f"{name}.log", (head + message + "\n") * 150),
+            names=f"{name}.log", timeout=10)
+
+    # ---------------------------------------------------------------- 9: many processes (a crash loop)
+    lines = log33.read_text().splitlines()
+    loop = []
+    for k in range(3000):  # 3,000 restarts, each with new pids, and none that finished starting
+        for ln in lines[:10]:
+            loop.append(ln.replace("pid=", f"pid={k}0"))
+    add(9, "log-crash-loop-no-kv", "log", write(lg / "crash-loop.log", "\n".join(loop) + "\n"), names="crash-loop.log",
+        timeout=15)
+    neg = [ln.replace("Available KV cache memory: 36.74 GiB", "Available KV cache memory: -3.50 GiB") for ln in lines]
+    loop = [ln.replace("pid=", f"pid={k}0") for k in range(2000) for ln in neg]
+    add(9, "log-crash-loop-negative-kv", "log", write(lg / "crash-loop-negative.log", "\n".join(loop) + "\n"),
+        "--model", qwen32, names="crash-loop-negative.log", field="Available KV cache memory", timeout=20)
+
+    # ---------------------------------------------------------------- 10: errors that are not one line
+    for name, where in (("title", "title"), ("gpus", "gpus"), ("model", "model"), ("isl", "isl"),
+                        ("decode", "decode_topologies"), ("vllm", "vllm")):
+        text = "\n".join(ln for ln in base.splitlines() if not ln.startswith(f"{where}:")) + f"\n{where}: {laughs()}\n"
+        add(10, f"workbook-laughs-{name}", "workbook", write(p / f"laughs-{name}.yaml", text), "--out", out / "wb",
+            names=f"laughs-{name}.yaml")
+    for name, text in (("model", f"model: {laughs()}\n"), ("concurrencies", f"concurrencies: {laughs()}\n"),
+                       ("key", f"? {laughs()}\n: 1\n")):
+        add(10, f"dataset-laughs-{name}", "dataset", "generate", "--params", write(p / f"ds-laughs-{name}.yaml", text),
+            "--out", out / "ds", names=f"ds-laughs-{name}.yaml")
+    add(10, "results-recipe-laughs", "results", _recipe_job(r / "srt-laughs", f"name: x\nmodel: {laughs()}\n"),
+        names="config.yaml")
+    for name, value in (("megabyte-string", "x" * (2 << 20)), ("many-lines", "a\n" * 1000)):
+        add(10, f"results-mode-{name}", "results", write(r / f"mode-{name}.json", dump(vllm_record(mode=value))),
+            "--gpus", "8", names=f"mode-{name}.json", field="mode")
+        add(10, f"state-dtype-{name}", *state, write(m / f"dtype-{name}" / "config.json",
+                                                      json.dumps(config("llama-3.1-8b", torch_dtype=value))),
+            names=f"dtype-{name}")
+    add(10, "state-kv-dtype-megabyte", *state, "qwen3-32b", "--kv-cache-dtype", "f" * (1 << 20), names="kv_cache_dtype")
+    add(10, "predict-topology-megabyte", "predict", "qwen3-32b", "--topology", "T" * (1 << 20), "--mode", "decode",
+        names="topology")
+    add(10, "state-vllm-megabyte", *state, "qwen3-32b", "--vllm", "v" * (1 << 20), names="--vllm")
+
+    # ---------------------------------------------------------------- 11: bundled data (own processes)
+    broken = root / "data-broken"
+    if not broken.exists():
+        shutil.copytree(REPO / "data", broken, ignore=shutil.ignore_patterns("clusters"))
+        (broken / "gpus" / "gpus.csv").write_bytes(b"name,descr\x00\xff\xfe\n")
+        (broken / "article" / "table3_memory_per_engine.csv").unlink()
+        (broken / "vllm" / "engine-args-0.33.0.txt").write_bytes(b"\xff\xfe\xfd binary\n")
+        (broken / "gpus" / "links.csv").write_text("gpu,scope\n", encoding="utf-8")
+    for name, argv in (("predict", ("predict", "qwen3-32b", "--topology", "TEP8", "--mode", "decode")),
+                       ("state-gpu", (*state, "qwen3-32b", "--gpu", "h100")),
+                       ("plan", ("plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024", "--osl",
+                                 "128")),
+                       ("dataset-inferencex", ("dataset", "inferencex")),
+                       ("workbook", ("workbook", params_ok, "--out", out / "wb"))):
+        add(11, f"broken-data-{name}", *argv, names="data-broken", own_process=True, env={"PDTUNE_DATA": str(broken)})
+    for name, argv in (("state", (*state, "qwen3-32b")), ("predict", ("predict", "qwen3-32b", *predict)),
+                       ("dataset-inferencex", ("dataset", "inferencex")),
+                       ("workbook", ("workbook", params_ok, "--out", out / "wb"))):
+        add(11, f"no-data-{name}", *argv, own_process=True, env={"PDTUNE_DATA": str(root / "no-data")})
+    noart = root / "data-no-article"
+    if not noart.exists():
+        shutil.copytree(REPO / "data", noart, ignore=shutil.ignore_patterns("article"))
+    add(11, "no-article-table-plan", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+        "--osl", "128", names="table3_memory_per_engine.csv", own_process=True, env={"PDTUNE_DATA": str(noart)})
+    add(11, "no-article-table-predict", "predict", "qwen3-32b", *predict, names="table3_memory_per_engine.csv",
+        own_process=True, env={"PDTUNE_DATA": str(noart)})
+    for name, data in (("binary", b"Model,ISL\n\x00\x01\x02\n"), ("latin1", b"Model,ISL,OSL,TP,Concurrency,"
+                       b"Throughput/GPU (tok/s),Output Throughput/GPU (tok/s),Median TPOT (ms)\n\xe9t\xe9,1\n"),
+                       ("utf16", "Model,ISL\n".encode("utf-16"))):
+        add(11, f"results-inferencex-{name}", "results", write(r / f"ix-enc-{name}.csv", data),
+            names=f"ix-enc-{name}.csv", field="file")
+
+    # ---------------------------------------------------------------- 13: values a chapter would fail on
+    for key, value in (("decode_topologies", "[TP3]"), ("prefill_topologies", "[TP5, TP2]"),
+                       ("decode_topologies", "[TP32]"), ("isl", "300000"), ("kv_cache_dtype", "fp7"),
+                       ("decode_topologies", "[]"), ("prefill_topologies", "[XYZ]"), ("gpus", "prefill=0"),
+                       ("max_num_seqs", "[0]"), ("gpu_memory_utilization", "1.5")):
+        text = "\n".join(ln for ln in base.splitlines() if not ln.startswith(f"{key}:")) + f"\n{key}: {value}\n"
+        add(13, f"workbook-{key}-{value.strip('[]')}", "workbook",
+            write(p / f"chap-{key}-{value.strip('[]').replace(', ', '-') or 'empty'}.yaml", text),
+            "--out", out / "wb", names="chap-", field=key)
+
+    # ---------------------------------------------------------------- 14: silently accepted or wrongly blamed
+    for cmd in (("state", "qwen3.8-2.4t", "--isl", "1024", "--osl", "128"),
+                ("memory", "--total-gib", "276", "--weights-gib", "100"),
+                ("predict", "qwen3-32b", *predict), ("log", log33, "--model", qwen32),
+                ("plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024", "--osl", "128")):
+        for version in ("99.0", "0.34", "1.0", "0.5", "0.10.2", "nightly"):
+            add(14, f"{cmd[0]}-vllm-{version}", *cmd, "--vllm", version, names="--vllm", field="vllm")
+    for name, text in (("vllm-0.5", 'vllm: "0.5"'), ("vllm-99", 'vllm: "99.0"'), ("vllm-number", "vllm: 0.33")):
+        t = "\n".join(ln for ln in base.splitlines() if not ln.startswith("vllm:")) + f"\n{text}\n"
+        add(14, f"workbook-{name}", "workbook", write(p / f"{name}.yaml", t), "--out", out / "wb",
+            names=f"{name}.yaml", field="vllm")
+    for name, record in (("total-below-output", vllm_record(total_token_throughput=500.0)),
+                         ("p99-tpot-below-median", vllm_record(p99_tpot_ms=1.0)),
+                         ("p99-ttft-below-median", vllm_record(p99_ttft_ms=1.0)),
+                         ("throughput-100x", vllm_record(output_throughput=100 * 1004.6795603331491,
+                                                         total_token_throughput=200 * 9042.1)),
+                         ("throughput-tenth", vllm_record(output_throughput=100.0, total_token_throughput=9042.1)),
+                         ("concurrency-zero", vllm_record(max_concurrency=0)),
+                         ("concurrency-negative", vllm_record(max_concurrency=-4))):
+        add(14, f"results-{name}", "results", write(r / f"{name}.json", dump(record)), "--gpus", "8",
+            names=f"{name}.json")
+        add(14, f"frontier-{name}", "frontier", r / f"{name}.json", "--gpus", "8", names=f"{name}.json")
+    sg = (FIXTURES / "results" / "sglang" / "bench_serving.jsonl").read_text().splitlines()[0]
+    sgr = json.loads(sg.replace("Infinity", "1e999"))
+    sgr["request_rate"] = None
+    add(14, "results-sglang-total-below-output", "results",
+        write(r / "sglang-low-total.jsonl", json.dumps({**sgr, "total_throughput": 1.0})), "--gpus", "8",
+        names="sglang-low-total.jsonl", field="total_throughput")
+    for name, changes in (("concurrency-zero-config", {"input_config": {"loadgen": {"concurrency": 0}}}),
+                          ("concurrency-zero-cli", {"run_info": {"cli_command": "aiperf profile --concurrency 0"}}),
+                          ("p99-below-median", None)):
+        rec = {k: v for k, v in json.loads(aiperf_src.read_text()).items() if k not in ("input_config", "run_info")}
+        if changes is None:
+            rec["time_to_first_token"] = {**rec["time_to_first_token"], "p99": 0.001}
+        else:
+            rec.update(changes)
+        add(14, f"results-aiperf-{name}", "results", write(r / f"aiperf14-{name}" / "profile_export_aiperf.json",
+                                                           dump(rec)), "--gpus", "8", names="profile_export_aiperf.json")
+    zero_dir = r / "aiperf-concurrency0" / "Qwen3-32B-openai-chat-concurrency0"
+    rec = {k: v for k, v in json.loads(aiperf_src.read_text()).items() if k not in ("input_config", "run_info")}
+    add(14, "results-aiperf-folder-concurrency0", "results", write(zero_dir / "profile_export_aiperf.json", dump(rec)),
+        "--gpus", "8", names="concurrency0")
+    dup = ix[: header_at] + [ix[header_at] + ",Concurrency", ix[header_at + 1] + ",64"]
+    add(14, "results-inferencex-duplicated-header", "results", write(r / "ix-dup-header.csv", "\n".join(dup) + "\n"),
+        names="ix-dup-header.csv", field="Concurrency")
+    low = list(row)
+    low[cols.index("Output Throughput/GPU (tok/s)")] = str(float(row[cols.index("Throughput/GPU (tok/s)")]) * 10)
+    add(14, "results-inferencex-total-below-output", "results",
+        write(r / "ix-low-total.csv", "\n".join(ix[: header_at + 1] + [",".join(low)]) + "\n"), names="ix-low-total.csv")
+    neg_log = write(lg / "negative-kv.log", "\n".join(neg) + "\n")
+    add(14, "log-negative-kv-blames-the-log", "log", neg_log, "--model", qwen32, names="negative-kv.log",
+        field="Available KV cache memory")
+    add(14, "log-negative-kv-with-kv-flag", "log", neg_log, "--model", qwen32, "--kv-cache-dtype", "fp8",
+        names="negative-kv.log", field="Available KV cache memory")
+    old = write(lg / "vllm-0.5.log", log33.read_text().replace("v0.33.0", "v0.5.0").replace("version 0.33.0",
+                                                                                                  "version 0.5.0"))
+    add(14, "log-vllm-0.5-blames-the-log", "log", old, "--model", qwen32, names="vllm-0.5.log", field="version")
+    huge_len = write(lg / "huge-len.log", log33.read_text().replace("max_seq_len=32768", f"max_seq_len={10**13}")
+                     .replace("Maximum concurrency for 32,768", f"Maximum concurrency for {10**13:,}")
+                     .replace("'max_model_len': 32768", f"'max_model_len': {10**13}"))
+    add(14, "log-huge-max-model-len-blames-the-log", "log", huge_len, "--model", qwen32, names="huge-len.log",
+        field="max_model_len")
+
+    # ---------------------------------------------------------------- validate, calibrate, --calibration files
+    silicon = REPO / "data" / "clusters" / "aiconfigurator-silicon"
+    sel = ("--model", "gpt-oss-120b", "--gpu", "h200")
+    validate = ("validate", silicon, *sel)
+    calibrate = ("calibrate", silicon, *sel)
+    cal_ok = CALIBRATION
+    cal_variants = {
+        "deep": "pdtune_calibration: 1\nmodel: " + deep_yaml(5000) + "\n", "complex": "? [a]\n: 1\n" + cal_ok,
+        "dup": cal_ok + "gpu: h100\n", "bigint": cal_ok.replace("compute: 0.64", "compute: " + "9" * 5000),
+        "recursive": cal_ok.replace("vllm:\n- 0.18.0", "vllm: &v [*v]"),
+        "laughs": cal_ok.replace("vllm:\n- 0.18.0", f"vllm: {laughs()}"),
+        "factor-nan": cal_ok.replace("compute: 0.64", "compute: .nan"),
+        "factor-inf": cal_ok.replace("hbm: 0.80", "hbm: .inf"),
+        "factor-text": cal_ok.replace("link: 0.37", "link: fast"),
+        "factor-unknown": cal_ok.replace("link: 0.37", "speed: 0.37"),
+        "rows-text": cal_ok.replace("rows: 57", "rows: many"),
+        "rows-huge": cal_ok.replace("rows: 57", f"rows: {10**30}"),
+        "model-list": cal_ok.replace("model: gpt-oss-120b", "model: [gpt-oss-120b]"),
+        "fitted-list": cal_ok.replace("fitted_on:\n", "fitted_on: [1]\nx_fitted:\n"),
+        "vllm-text": cal_ok.replace("vllm:\n- 0.18.0", "vllm: 0.18.0"),
+        "not-calibration": "model: x\n", "binary": "\x00\x01",
+    }
+    for name, text in cal_variants.items():
+        path = write(p / f"cal-{name}.yaml", text.encode("latin-1") if name == "binary" else text)
+        cause = {"laughs": 10, "factor-nan": 2, "factor-inf": 2, "rows-huge": 3, "binary": 0}.get(name, 1 if name in (
+            "deep", "complex", "dup", "bigint", "recursive") else 4)
+        add(cause, f"validate-calibration-{name}", *validate, "--calibration", path, names=f"cal-{name}.yaml")
+        if name in ("deep", "laughs", "factor-nan", "rows-text", "binary"):
+            add(cause, f"predict-calibration-{name}", "predict", "gpt-oss-120b", "--topology", "TP1", "--mode",
+                "decode", "--gpu", "h200", "--calibration", path, names=f"cal-{name}.yaml")
+            add(cause, f"dataset-calibration-{name}", "dataset", "generate", "--params", p / "ds-ok.yaml",
+                "--calibration", path, "--out", out / "ds", names=f"cal-{name}.yaml")
+    add(7, "validate-calibration-fifo", *validate, "--calibration", sp / "in.fifo", names="in.fifo")
+    for name in ("deep.json", "bigint.json", "dupkey.json", "deepline.jsonl"):
+        add(1, f"validate-results-{name}", "validate", r / name, *sel, names=name)
+        add(1, f"calibrate-results-{name}", "calibrate", r / name, *sel, "--out", out / "cal.yaml", names=name)
+    for name in ("total-below-output", "p99-tpot-below-median", "throughput-100x", "concurrency-zero"):
+        add(14, f"validate-{name}", "validate", r / f"{name}.json", *sel, "--gpus", "8", names=f"{name}.json")
+        add(14, f"calibrate-{name}", "calibrate", r / f"{name}.json", *sel, "--gpus", "8", "--out", out / "cal.yaml",
+            names=f"{name}.json")
+    add(7, "validate-results-fifo", "validate", sp / "in.fifo", *sel, names="in.fifo")
+    add(7, "validate-folder-with-fifos", "validate", walk, *sel, names="fifo-in-folder")
+    add(10, "validate-sidecar-laughs", "validate", r / "sidecar-laughs", *sel, names="pdtune-gpus.yaml")
+    for value in (str(10**30), "9" * 400, "0"):
+        add(3 if value != "0" else 0, f"validate-gpus-{value[:8]}", *validate, "--gpus", value, names="--gpus")
+        add(3 if value != "0" else 0, f"calibrate-gpus-{value[:8]}", *calibrate, "--gpus", value, "--out",
+            out / "cal.yaml", names="--gpus")
+    for value in ("nan", "1.5", "-1", "inf"):
+        add(2, f"calibrate-holdout-{value}", *calibrate, "--holdout", value, "--out", out / "cal.yaml",
+            names="--holdout")
+    cal_targets = (("below-a-file", out / "a-file" / "cal.yaml"), ("a-folder", out / "a-folder"),
+                   ("proc", Path("/proc/pdtune-test/cal.yaml")), ("fifo", sp / "out-fifo"))
+    if null is not None:
+        cal_targets += (("device", null),)
+    if can_lock:
+        cal_targets += (("immutable", out / "immutable" / "cal.yaml"),)
+    for name, target in cal_targets:
+        add(6, f"calibrate-out-{name}", *calibrate, "--out", target, names=target.name)
+    for name in ("deep", "fp8-zero", "layers-1e18", "mlp-only-int"):
+        add({"deep": 1, "fp8-zero": 4, "layers-1e18": 5, "mlp-only-int": 4}[name], f"validate-model-{name}",
+            "validate", silicon, "--model", m / name, "--gpu", "h200", names=f"{name}/config.json")
+    for argv, names in (((*validate[:2], "--model", "gpt-oss-120b", "--gpu", "gpu9000"), "gpu"),
+                        ((*validate, "--topology", "TPX"), "topology"),
+                        ((*validate, "--topology", "TP2", "--gpus", "4"), "topology"),
+                        (("validate", silicon, "--model", "no-such-model", "--gpu", "h200"), "no-such-model"),
+                        (("validate", silicon, "--model", "qwen3-32b", "--gpu", "h200"), "model"),
+                        (("calibrate", r / "no-such-folder", *sel, "--out", out / "cal.yaml"), "no-such-folder")):
+        add(0, f"{argv[0]}-{'-'.join(a.name if isinstance(a, Path) else str(a) for a in argv[1:])[-50:]}", *argv,
+            names=names)
+    add(11, "broken-data-validate", *validate, names="data-broken", own_process=True,
+        env={"PDTUNE_DATA": str(root / "data-broken")})
+
+    # ---------------------------------------------------------------- 0: more bad input per subcommand
+    for name, data in (("binary", b"\x00\x01binary"), ("latin1", b'{"a": "\xe9"}'), ("empty", b""),
+                       ("bom-garbage", "\ufeff{garbage".encode()), ("utf16", '{"a": 1}'.encode("utf-16"))):
+        add(0, f"results-{name}", "results", write(r / f"enc-{name}.json", data), "--gpus", "8",
+            names=f"enc-{name}.json")
+        add(0, f"state-config-{name}", *state, write(m / f"enc-{name}" / "config.json", data),
+            names=f"enc-{name}/config.json")
+        add(0, f"log-{name}", "log", write(lg / f"enc-{name}.log", data), names=f"enc-{name}.log")
+        add(0, f"workbook-{name}", "workbook", write(p / f"enc-{name}.yaml", data), "--out", out / "wb",
+            names=f"enc-{name}.yaml")
+        add(0, f"recipe-{name}", "recipe", write(root / "plans" / f"enc-{name}.json", data), "--row", "0",
+            "--out", out / "rec", names=f"enc-{name}.json")
+        add(0, f"dataset-{name}", "dataset", "generate", "--params", write(p / f"ds-enc-{name}.yaml", data),
+            "--out", out / "ds", names=f"ds-enc-{name}.yaml")
+    for argv, names in ((("graphs", "--max-num-seqs", "-1"), "--max-num-seqs"),
+                        (("graphs", "--max-num-seqs", "1e9"), "--max-num-seqs"),
+                        (("graphs", "--max-num-seqs", "8", "--mode", "weird"), "--mode"),
+                        (("memory", "--total-gib", "276"), "--weights-gib"),
+                        (("memory", "--total-gib", "276", "--weights-gib", "1", "--gpu-memory-utilization", "nan"),
+                         "--gpu-memory-utilization"),
+                        (("state", "qwen3.8-2.4t"), "max_model_len"),
+                        (("state", "qwen3.8-2.4t", "--isl", "0", "--osl", "1"), "--isl"),
+                        (("state", "qwen3.8-2.4t", "--isl", "1", "--osl", "1", "--tp", "3"), "num_attention_heads"),
+                        (("predict", "qwen3-32b", "--topology", "TEP8"), "--mode"),
+                        (("predict", "qwen3-32b", "--topology", "TP9X", "--mode", "decode"), "topology"),
+                        (("predict", "qwen3-32b", *predict[:-1], "gpu9000"), "gpu"),
+                        (("plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "0", "--isl", "1", "--osl", "1"),
+                         "--max-gpus"),
+                        (("recipe", plan_ok, "--out", out / "rec"), "--row"),
+                        (("recipe", plan_ok, "--row", "3", "--out", out / "rec"), "row"),
+                        (("results", r / "no-such.json"), "no-such.json"),
+                        (("frontier", r / "no-such-folder"), "no-such-folder"),
+                        (("workbook", p / "no-such.yaml", "--out", out / "wb"), "no-such.yaml"),
+                        (("workbook", params_ok, "--out", out / "wb", "--jobs", "0"), "--jobs"),
+                        (("workbook", params_ok, "--out", out / "wb", "--timeout", str(10**20)), "--timeout"),
+                        (("dataset", "generate", "--model", "no-such-model", "--out", out / "ds"), "no-such-model"),
+                        (("dataset", "generate", "--disagg", "1xTP2", "--out", out / "ds"), "disagg"),
+                        (("dataset", "generate", "--prefill-topologies", "TP2,TPX", "--out", out / "ds"), "TPX"),
+                        (("dataset", "generate", "--gpu", "gpu9000", "--out", out / "ds"), "gpu"),
+                        (("log", log33, "--model", "no-such-model"), "no-such-model"),
+                        (("log", log33, "--model", qwen32, "--speculative-model", "no-such"), "no-such")):
+        label = "-".join(a.name if isinstance(a, Path) else str(a) for a in argv[1:])
+        add(0, f"{argv[0]}-{label[-50:]}", *argv, names=names)
+    return [c for c in cases if c is not None]
+
+
+#: A calibration file as ``pdtune calibrate`` writes it (factors rounded), the base of the bad ones.
+CALIBRATION = """\
+pdtune_calibration: 1
+model: gpt-oss-120b
+gpu: h200
+vllm:
+- 0.18.0
+factors:
+  compute: 0.64
+  hbm: 0.80
+  link: 0.37
+  collective_latency_s: 1.4e-05
+  step_overhead_s: 0.00047
+  layer_overhead_s: 4.5e-05
+  request_overhead_s: 0.023
+  arrival_clustering: 0.14
+  expert_compute: 0.19
+  expert_hbm: 0.61
+start: silicon
+fitted_on:
+  deployments:
+  - gpt-oss-120b | h200 | agg | TP2 | fp4 | nvfp4 | nvfp4
+  rows: 57
+  results:
+  - data/clusters/aiconfigurator-silicon
+"""
+
+
+def _copytree(src: Path, dest: Path, **_kw: Any) -> None:
+    if not dest.exists():
+        shutil.copytree(src, dest)
+
+
+def _recipe_job(folder: Path, recipe: str) -> Path:
+    job = folder / "outputs" / "5550009"
+    _copytree(FIXTURES / "results" / "srt_slurm" / "agg" / "outputs" / "4411377", job, dirs_exist_ok=True)
+    meta = json.loads((job / "4411377.json").read_text()) if (job / "4411377.json").exists() else None
+    if meta is not None:
+        (job / "4411377.json").unlink()
+        write(job / "5550009.json", json.dumps({**meta, "job_id": "5550009"}))
+    write(job / "config.yaml", recipe)
+    return folder
+
+
+# ------------------------------------------------------------------------------------------ running cases
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every entry below ``root``: path -> (size, mtime_ns); FIFOs are listed, never opened."""
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+            out[path] = (size, info.st_mtime_ns if stat.S_ISREG(info.st_mode) else 0)
+    return out
+
+
+def changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    new = sorted(set(after) - set(before))
+    changed = sorted(p for p in set(after) & set(before) if after[p] != before[p])
+    return new + changed
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise _Timeout()
+
+
+def run_in_process(case: Case, root: Path) -> dict[str, Any]:
+    """Run one case through :func:`pdtune.cli.main` in this process; what happened, for the test to judge."""
+    from pdtune.cli import main
+
+    before = snapshot(root)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    started = time.monotonic()
+    outcome: dict[str, Any] = {"id": case.id}
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, case.timeout)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            outcome["code"] = main(list(case.argv))
+    except SystemExit as exc:
+        outcome["code"] = exc.code if isinstance(exc.code, int) else 1
+    except _Timeout:
+        outcome["code"] = "timeout"
+    except BaseException as exc:  # what a user would see as a traceback
+        outcome["code"] = "exception"
+        stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_exception(exc))[-2000:])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    outcome["seconds"] = time.monotonic() - started
+    outcome["rss_growth"] = max(0, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - rss)
+    err = stderr.getvalue()
+    outcome["stderr"] = err if len(err) < 4000 else err[:2000] + f"... [{len(err):,} characters]"
+    outcome["stderr_chars"] = len(err)
+    outcome["stdout_chars"] = len(stdout.getvalue())
+    outcome["changed"] = changes(before, snapshot(root))[:10]
+    outcome["outside"] = [a for a in case.argv if a.startswith("/proc/pdtune-test") and os.path.exists(a)]
+    return outcome
+
+
+def run_own_process(case: Case, root: Path) -> dict[str, Any]:
+    """Run one case as a ``pdtune`` process of its own (timeout, address-space limit, its environment)."""
+    exe = Path(sys.executable).parent / "pdtune"
+    before = snapshot(root)
+    env = {**os.environ, **case.env}
+    started = time.monotonic()
+    outcome: dict[str, Any] = {"id": case.id}
+    try:
+        done = subprocess.run([str(exe), *case.argv], capture_output=True, text=True, timeout=case.timeout, env=env,
+                              cwd=root, preexec_fn=_limit, check=False)
+        outcome["code"], err, out = done.returncode, done.stderr, done.stdout
+    except subprocess.TimeoutExpired as exc:
+        outcome["code"], err, out = "timeout", str(exc.stderr or ""), ""
+    outcome["seconds"] = time.monotonic() - started
+    outcome["rss_growth"] = 0
+    outcome["stderr"] = err if len(err) < 4000 else err[:2000] + f"... [{len(err):,} characters]"
+    outcome["stderr_chars"] = len(err)
+    outcome["stdout_chars"] = len(out)
+    outcome["changed"] = changes(before, snapshot(root))[:10]
+    outcome["outside"] = []
+    return outcome
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def run_group(cases: list[Case], root: Path) -> dict[str, dict[str, Any]]:
+    """Run ``cases`` (one group) and return each one's outcome: in-process cases in child processes under the
+    address-space limit, restarted past a case that kills its child; own-process cases one by one."""
+    results: dict[str, dict[str, Any]] = {}
+    own = [c for c in cases if c.own_process]
+    for case in own:
+        results[case.id] = run_own_process(case, root)
+    todo = [c.id for c in cases if not c.own_process]
+    report = root / f".outcomes-{os.getpid()}-{time.monotonic_ns()}.jsonl"
+    while todo:
+        with contextlib.suppress(FileNotFoundError):
+            report.unlink()
+        budget = sum(c.timeout for c in cases if c.id in todo) + 60
+        try:
+            subprocess.run([sys.executable, __file__, str(root), str(report), *todo], timeout=budget, check=False,
+                           capture_output=True, preexec_fn=_limit)
+        except subprocess.TimeoutExpired:
+            pass
+        done: dict[str, dict[str, Any]] = {}
+        if report.exists():
+            for line in report.read_text(encoding="utf-8").splitlines():
+                rec = json.loads(line)
+                done[rec["id"]] = rec
+        results.update(done)
+        remaining = [i for i in todo if i not in done]
+        if remaining:  # the child died in the first of them: that case failed, the rest go to a new child
+            results[remaining[0]] = {"id": remaining[0], "code": "child died", "stderr": "", "stderr_chars": 0,
+                                     "stdout_chars": 0, "seconds": 0.0, "rss_growth": 0, "changed": [],
+                                     "outside": []}
+            remaining = remaining[1:]
+        todo = remaining
+    with contextlib.suppress(FileNotFoundError):
+        report.unlink()
+    return results
+
+
+def _child(root: Path, report: Path, ids: list[str]) -> None:
+    os.chdir(root)
+    by_id = {c.id: c for c in build(root)}
+    for case_id in ids:
+        outcome = run_in_process(by_id[case_id], root)
+        with report.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(outcome) + "\n")
+
+
+def problems(case: Case, outcome: dict[str, Any]) -> list[str]:
+    """What is wrong with ``outcome`` for ``case`` (empty when the input was handled as promised)."""
+    found = []
+    err = outcome["stderr"]
+    lines = err.strip().splitlines()
+    if outcome["code"] != 2:
+        found.append(f"exit status {outcome['code']}, not 2")
+    if outcome["stderr_chars"] > 2000 or len(lines) != 1:
+        found.append(f"{len(lines)} lines / {outcome['stderr_chars']:,} characters on stderr, not one short line")
+    if "Traceback" in err:
+        found.append("a traceback")
+    if lines and not lines[0].startswith("pdtune"):
+        found.append("the line does not start with the command's name")
+    if case.names and case.names not in err:
+        found.append(f"the line does not name {case.names!r}")
+    if case.field and f": {case.field}:" not in err and f"argument {case.field}" not in err:
+        found.append(f"the line does not blame the field {case.field!r}")
+    if outcome["seconds"] > case.timeout:
+        found.append(f"took {outcome['seconds']:.1f} s (limit {case.timeout:g} s)")
+    if outcome["rss_growth"] > CASE_RSS:
+        found.append(f"grew resident memory by {outcome['rss_growth'] >> 20} MB (limit {CASE_RSS >> 20} MB)")
+    if outcome["changed"] or outcome["outside"]:
+        found.append(f"created or changed files: {outcome['changed'] + outcome['outside']}")
+    return found
+
+
+def describe(case: Case, outcome: dict[str, Any]) -> str:
+    return json.dumps({"case": asdict(case), "outcome": outcome}, indent=1)[:6000]
+
+
+if __name__ == "__main__":
+    _child(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])
