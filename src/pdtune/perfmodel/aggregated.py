@@ -32,12 +32,12 @@ efficiency factors, which keeps calibration smooth):
    request waits behind the prompts ahead of it, ``TTFT = (L - OSL + 1) t_full``.
 
 TTFT adds ``request_overhead_s`` (front end, tokenisation, streaming). The KV cache's room is vLLM's accounting at
-the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive). Beyond it, and beyond
-``max_num_seqs``, the closed loop queues: vLLM admits a waiting prompt only when its blocks are free, so ``R``
-requests run at the TPOT of ``R`` and the other ``k - R`` wait their turn. By Little's law each of the ``k``
-clients cycles through the wait ``W`` and a life ``T_R = TTFT_R + (OSL - 1) TPOT_R`` at a rate of ``R / T_R``
-requests per second, so ``W = (k / R - 1) T_R`` and the measured TTFT is ``W + TTFT_R`` (the measured sweeps show
-it: past the room TTFT jumps by seconds while TPOT stays flat). DP ranks share the load as in
+the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive). Beyond it vLLM preempts the newest
+running request when a decode step finds no free block, and the admitted requests take turns: TPOT grows by
+``S / R`` for ``S`` admitted requests and ``R`` the room. Beyond ``max_num_seqs`` prompts are not admitted and
+the closed loop queues: by Little's law each of the ``k`` clients cycles through the wait ``W`` and a life
+``T_S = TTFT_S + (OSL - 1) TPOT_S`` at a rate of ``S / T_S`` requests per second, so ``W = (k / S - 1) T_S`` and
+the TTFT is ``W + TTFT_S``. DP ranks share the load as in
 the decode sweep
 (:func:`pdtune.perfmodel.sweeps._spread`); MoE layers keep them in lockstep. Pipeline stages run one after the
 other (no micro-batch overlap in aggregated serving).
@@ -223,10 +223,19 @@ def _level(
         decoding = decodes
     ttft = LinearTime(ttft.steps, 1.0)
     kv_limited = running < k
-    if kv_limited:
-        # The k clients queue for R slots: the ones waiting add (k / R - 1) lives of a running request to their
-        # first token; the running ones decode at R's pace.
-        queued = k / running - 1
+    seq_limit = engine.config.max_num_seqs
+    admitted = float(min(k, seq_limit)) if seq_limit is not None else float(k)
+    if running < admitted:
+        # Admitted but out of KV blocks: vLLM preempts the newest running request when a decode step cannot
+        # allocate (``Scheduler.schedule``, vllm/v1/core/sched/scheduler.py: ``preempted_req = self.running[-1]``)
+        # and re-admits it when blocks are free, so the admitted requests take turns in R slots: each one's
+        # tokens come admitted / R times slower; its first token came when it was first admitted.
+        tpot = tpot.scaled(admitted / running)
+    if admitted < k:
+        # Beyond max_num_seqs a prompt is not admitted at all (``Scheduler.schedule`` stops taking waiting
+        # requests at ``max_num_running_reqs``): the k clients queue for the admitted slots, and by Little's law
+        # each waits (k / S - 1) lives of an admitted request before its prompt starts.
+        queued = k / admitted - 1
         ttft = ttft.scaled(1 + queued).plus(tpot, queued * decode_steps)
     return AggPlan(0, regime, ranks * decoding, ttft, tpot, kv_limited, mixed)
 

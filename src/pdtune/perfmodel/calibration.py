@@ -126,6 +126,9 @@ class Efficiency:
         for name in OPTIONAL_FRACTIONS:
             if out[name] is None:
                 del out[name]  # unset: falls back (expert_* to compute / hbm, attention_hbm to hbm)
+        for name in OPTIONAL_TIMES:
+            if out[name] == 0.0:
+                del out[name]  # unset: no such cost (files written before these factors read back the same)
         return out
 
 
@@ -138,6 +141,7 @@ KERNEL_FACTORS = tuple(f"expert_{side}_{k}" for k in EXPERT_KERNELS for side in 
 OPTIONAL_FRACTIONS = ("expert_compute", "expert_hbm", "attention_hbm", *KERNEL_FACTORS)
 TIME_FACTORS = ("collective_latency_s", "step_overhead_s", "layer_overhead_s", "request_overhead_s",
                 "expert_overhead_s", "seq_overhead_s", "eager_layer_overhead_s")
+OPTIONAL_TIMES = TIME_FACTORS[4:]
 FACTORS = (*FRACTION_FACTORS, "expert_compute", "expert_hbm", *TIME_FACTORS[:4], "arrival_clustering",
            "attention_hbm", *TIME_FACTORS[4:], *KERNEL_FACTORS)
 

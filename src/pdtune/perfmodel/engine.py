@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
+from pdtune import versions
 from pdtune.errors import InputError
 from pdtune.guarded import bundled, read_frame
 from pdtune.gpus import GpuSpec
@@ -60,9 +61,11 @@ ACTIVATION_BYTES = 2
 #: The kinds of work of one step, each timed at its own fractions (:meth:`Efficiency.fractions`).
 KINDS = ("dense", "experts", "attention", "recurrent", "lm_head", "mtp_draft")
 
-#: vLLM's largest CUDA-graph capture size when none is set: ``min(2 x max_num_seqs, 512)``
-#: (``VllmConfig._set_cudagraph_sizes``, vllm/config/vllm.py).
+#: vLLM's ceiling on the largest CUDA-graph capture size when none is set (``VllmConfig._set_cudagraph_sizes``,
+#: vllm/config/vllm.py): ``min(2 x max_num_seqs x decode query length, 512)``; from 0.28 the ceiling is 1024 on
+#: compute-capability-10 GPUs (``is_device_capability_family(100)``: B200, B300, GB200, GB300).
 DEFAULT_MAX_CAPTURE = 512
+SM100_MAX_CAPTURE, SM100_SINCE, SM100_GPUS = 1024, "0.28", ("b200", "b300", "gb200", "gb300")
 
 
 @dataclass(frozen=True)
@@ -81,15 +84,7 @@ class EngineConfig:
     speculative_model: ModelSpec | None = None
     num_speculative_tokens: int = 0  # the speculative model's draft tokens (MTP uses ``mtp_tokens``)
     decode_context_parallel_size: int = 1
-    max_capture_size: int | None = None  # largest CUDA-graph batch; None: vLLM's default
-
-    @property
-    def capture_limit(self) -> int:
-        """Tokens of the largest step that runs in a CUDA graph (vLLM's default ``min(2 x max_num_seqs, 512)``)."""
-        if self.max_capture_size is not None:
-            return self.max_capture_size
-        seqs = self.max_num_seqs if self.max_num_seqs is not None else DEFAULT_MAX_CAPTURE
-        return min(2 * seqs, DEFAULT_MAX_CAPTURE)
+    max_capture_size: int | None = None  # largest CUDA-graph batch; None: vLLM's default (Engine.capture_limit)
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -333,13 +328,27 @@ class Engine:
             return ""
         return expert_kernel(self.spec.weights, native_fp4="fp4" in self.gpu.dense_flops)
 
+    @cached_property
+    def capture_limit(self) -> int:
+        """Tokens of the largest step that runs in a CUDA graph: ``--max-cudagraph-capture-size`` if given, else
+        vLLM's default ``min(2 x max_num_seqs x (1 + MTP tokens), ceiling)`` (:data:`DEFAULT_MAX_CAPTURE`), never
+        above ``max_num_batched_tokens`` (``VllmConfig._set_cudagraph_sizes``). A larger step runs eagerly."""
+        config = self.config
+        if config.max_capture_size is not None:
+            return min(config.max_capture_size, config.max_num_batched_tokens)
+        sm100 = self.gpu.name in SM100_GPUS and versions.at_least(config.vllm, SM100_SINCE)
+        ceiling = SM100_MAX_CAPTURE if sm100 else DEFAULT_MAX_CAPTURE
+        seqs = config.max_num_seqs if config.max_num_seqs is not None else ceiling
+        query = 1 + self.mtp_tokens  # a uniform decode step carries every draft token
+        return min(2 * seqs * query, ceiling, config.max_num_batched_tokens)
+
     def _fixed_counts(self, index: int, batch: Batch) -> tuple[int, float, float, int]:
         """(layers, expert slots, sequences, eager layers) of stage ``index`` in ``batch``: what the fixed costs
         count. Expert slots are MoE layers times the routed experts one GPU holds (``E / EP``); a step runs in a
         CUDA graph when its tokens fit the largest capture size; sequences are counted once per step (on the
         first stage)."""
         info = self._stage_info[index]
-        eager = info.layers if batch.tokens > self.config.capture_limit else 0
+        eager = info.layers if batch.tokens > self.capture_limit else 0
         slots = info.moe * self.costs.num_experts / self.topology.ep
         return info.layers, slots, batch.seqs if index == 0 else 0.0, eager
 
