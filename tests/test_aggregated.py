@@ -85,12 +85,32 @@ def test_cohorts_make_the_first_token_wait_for_the_others(engine) -> None:
 
 
 def test_beyond_the_kv_room_requests_take_turns() -> None:
-    # Llama-3.1-70B in BF16 on one H200 holds few 8192 + 1024-token requests: past the room TPOT grows by k / R.
+    # Llama-3.1-70B in BF16 on two H200s holds few 8192 + 1024-token requests. Past the room R vLLM preempts
+    # the newest running request when a decode step finds no free block (Scheduler.schedule,
+    # vllm/v1/core/sched/scheduler.py), so the k admitted requests take turns: TPOT = (k / R) x TPOT at R.
     engine = build_engine(load_model("llama-3.1-70b"), load_gpu("h200"), parse_topology("TP2"), isl=8192, osl=1024,
                           config=EngineConfig(kv_cache_dtype="auto", overheads_gib=(5.6, 0.55, 0.0)))
     small, large = agg_plan(engine, 8, 8192, 1024), agg_plan(engine, 512, 8192, 1024)
     assert not small.kv_limited and large.kv_limited
+    room = large.running
+    at_room = agg_plan(engine, math.floor(room), 8192, 1024)
+    assert large.evaluate(engine, EFF)[1] == pytest.approx(512 / room * at_room.evaluate(engine, EFF)[1], rel=0.05)
     assert large.evaluate(engine, EFF)[1] > 10 * small.evaluate(engine, EFF)[1]
+
+
+def test_beyond_max_num_seqs_requests_queue() -> None:
+    # Beyond max_num_seqs S no prompt is admitted (Scheduler.schedule stops at max_num_running_reqs): the S
+    # admitted ones decode at S's pace and, by Little's law, a client waits (k / S - 1) x (TTFT_S + (OSL - 1)
+    # x TPOT_S) before its prompt starts.
+    spec, gpu, topo = load_model("llama-3.1-70b"), load_gpu("h200"), parse_topology("TP4")
+    engine = build_engine(spec, gpu, topo, isl=1024, osl=256,
+                          config=EngineConfig(kv_cache_dtype="auto", max_num_seqs=16))
+    at_limit, beyond = agg_plan(engine, 16, 1024, 256), agg_plan(engine, 64, 1024, 256)
+    assert beyond.kv_limited and not at_limit.kv_limited
+    ttft_s, tpot_s = at_limit.evaluate(engine, EFF)
+    ttft, tpot = beyond.evaluate(engine, EFF)
+    assert tpot == pytest.approx(tpot_s, rel=1e-9)
+    assert ttft == pytest.approx(ttft_s + 3 * (ttft_s + 255 * tpot_s), rel=1e-9)
 
 
 def test_more_clients_never_lower_latency(engine) -> None:

@@ -4,8 +4,8 @@
 
 For H100, H200, B200 and B300: the factors of :class:`pdtune.perfmodel.calibration.Efficiency` fitted
 (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`) on every vLLM aggregated row of aiconfigurator's silicon
-sample (``data/clusters/aiconfigurator-silicon/``) whose model is a bundled one, measured on that GPU. GB200 and
-GB300 keep the article-tuned factors. The fit is deterministic; ``tests/test_validation.py`` checks that the
+sample (``data/clusters/aiconfigurator-silicon/``) whose model is a bundled one, measured on a GPU of the same
+architecture (H100 with H200, B200 with B300: one fit each). GB200 and GB300 keep the article-tuned factors. The fit is deterministic; ``tests/test_validation.py`` checks that the
 file names the models it was fitted on and that they are bundled.
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY
+from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.defaults import (
     SILICON_GPUS,
     GpuDefaults,
+    architecture_of,
     fit_gpu_defaults,
     silicon_file,
     silicon_problems,
@@ -31,10 +32,15 @@ HERE = Path(__file__).resolve().parent
 def main(out: Path = HERE / "defaults.csv") -> Path:
     problems = silicon_problems(load_results(silicon_file()))
     rows = []
+    fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
     for gpu in SILICON_GPUS:
-        eff, models = fit_gpu_defaults(problems, gpu)
-        n = sum(len(p.rows) for (m, g), p in problems.items() if g == gpu)
-        where = f"{n} vLLM aggregated rows on {gpu}" if n else "no rows on this GPU: every GPU's rows"
+        members = architecture_of(gpu)
+        if members not in fits:  # one fit per architecture
+            fits[members] = fit_gpu_defaults(problems, gpu)
+        eff, models = fits[members]
+        n = sum(len(p.rows) for (m, g), p in problems.items() if g in members)
+        where = (f"{n} vLLM aggregated rows on {' and '.join(members)}" if n
+                 else "no rows on this architecture: every GPU's rows")
         rows.append(GpuDefaults(gpu, eff, "silicon", f"fitted on {where} of {' '.join(models)}"))
     for gpu in ("gb200", "gb300"):
         rows.append(GpuDefaults(gpu, DEFAULT_EFFICIENCY, "article", "the article-tuned factors (chapters 5-7)"))

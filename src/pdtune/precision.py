@@ -195,3 +195,17 @@ def requantized(spec: ModelSpec, served: ModelSpec) -> bool:
     ship FP8 KV-cache scales, so vLLM keeps their KV cache in FP8)."""
     ck_dense, ck_experts = checkpoint_formats(spec)
     return served.weights != spec.weights and ck_dense.family == "bf16" and ck_experts.family == "bf16"
+
+
+def expert_kernel(weights: WeightFormat, *, native_fp4: bool) -> str:
+    """The kernel family the routed experts' grouped GEMMs run in: ``bf16``, ``fp8`` (per-tensor or block FP8),
+    ``fp4`` (NVFP4 or MXFP4 on a GPU with FP4 tensor cores) or ``w4a16`` (INT4 weights, or FP4 weights on a GPU
+    without FP4 tensor cores: dequantized to BF16 in the kernel, as vLLM's Marlin and triton MoE paths do).
+
+    The efficiency of a grouped GEMM is its kernel's, so the performance model keeps one per family and GPU
+    (:meth:`pdtune.perfmodel.calibration.Efficiency.expert_fractions`).
+    """
+    family = _formats(weights)[1].family
+    if family == "int4" or (family == "fp4" and not native_fp4):
+        return "w4a16"
+    return family

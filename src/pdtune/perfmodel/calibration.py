@@ -23,6 +23,19 @@ pipeline bubbles) and never from a factor chosen per topology:
 ``arrival_clustering``        aggregated serving: the fraction of the other clients whose next prompts reach
                               the scheduler together with a request's (0: every prompt alone; 1: the closed
                               loop's cohorts never disperse); see :mod:`pdtune.perfmodel.aggregated`
+``expert_compute_<kernel>``,  the routed experts' fractions for one kernel family (:data:`EXPERT_KERNELS`:
+``expert_hbm_<kernel>``       ``bf16``, ``fp8``, ``fp4`` native FP4, ``w4a16`` 4-bit weights dequantized to
+                              BF16): a grouped GEMM's efficiency is the kernel's, a property of the GPU and the
+                              weight format, not of the model; unset, ``expert_compute`` / ``expert_hbm``
+``attention_hbm``             achieved fraction of HBM bandwidth reading the KV cache in attention (paged,
+                              per-sequence blocks); unset, ``hbm``
+``expert_overhead_s``         the extra fixed cost of a MoE layer in one step per routed expert the GPU holds:
+                              routing, top-k, the token sort by expert and the grouped GEMMs' per-expert work
+                              all grow with the experts, beyond ``layer_overhead_s``
+``seq_overhead_s``            fixed cost per sequence in one step: the scheduler's and the input preparation's
+                              per-request work, sampling and output processing (not sharded by TP)
+``eager_layer_overhead_s``    the extra cost per layer of a step that runs outside CUDA graphs (more tokens
+                              than the largest capture size, a prompt chunk): kernels launched one by one
 ============================  ================================================================================
 
 How the defaults were chosen is written down in ``data/clusters/gb300-qwen3.8-modeled/README.md``: a grid
@@ -54,9 +67,21 @@ class Efficiency:
     arrival_clustering: float = 0.0
     expert_compute: float | None = None
     expert_hbm: float | None = None
+    attention_hbm: float | None = None
+    expert_overhead_s: float = 0.0
+    seq_overhead_s: float = 0.0
+    eager_layer_overhead_s: float = 0.0
+    expert_compute_bf16: float | None = None
+    expert_hbm_bf16: float | None = None
+    expert_compute_fp8: float | None = None
+    expert_hbm_fp8: float | None = None
+    expert_compute_fp4: float | None = None
+    expert_hbm_fp4: float | None = None
+    expert_compute_w4a16: float | None = None
+    expert_hbm_w4a16: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("expert_compute", "expert_hbm"):
+        for name in OPTIONAL_FRACTIONS:
             e = getattr(self, name)
             if e is not None and not (isinstance(e, (int, float)) and math.isfinite(e) and 0 < e <= 1):
                 raise InputError("efficiency", name, f"must be a fraction in (0, 1], got {e!r}")
@@ -82,18 +107,43 @@ class Efficiency:
         """The achieved fraction of HBM bandwidth streaming the routed experts' weights."""
         return self.hbm if self.expert_hbm is None else self.expert_hbm
 
+    def expert_fractions(self, kernel: str) -> tuple[float, float]:
+        """(compute, HBM) fractions of the routed experts' grouped GEMMs in ``kernel``'s family."""
+        compute = getattr(self, f"expert_compute_{kernel}", None) if kernel else None
+        hbm = getattr(self, f"expert_hbm_{kernel}", None) if kernel else None
+        return (self.experts if compute is None else compute, self.experts_hbm if hbm is None else hbm)
+
+    def fractions(self, kind: str, kernel: str = "") -> tuple[float, float]:
+        """(compute, HBM) fractions of one kind of work (:data:`pdtune.perfmodel.engine.KINDS`)."""
+        if kind == "experts":
+            return self.expert_fractions(kernel)
+        if kind == "attention":
+            return self.compute, self.hbm if self.attention_hbm is None else self.attention_hbm
+        return self.compute, self.hbm
+
     def to_dict(self) -> dict[str, float]:
         out = asdict(self)
-        for name in ("expert_compute", "expert_hbm"):
+        for name in OPTIONAL_FRACTIONS:
             if out[name] is None:
-                del out[name]  # unset: the same as compute / hbm
+                del out[name]  # unset: falls back (expert_* to compute / hbm, attention_hbm to hbm)
+        for name in OPTIONAL_TIMES:
+            if out[name] == 0.0:
+                del out[name]  # unset: no such cost (files written before these factors read back the same)
         return out
 
 
+#: The routed experts' kernel families (:func:`pdtune.precision.expert_kernel`).
+EXPERT_KERNELS = ("bf16", "fp8", "fp4", "w4a16")
+
 #: The factors that are fractions of a peak, and those that are times.
 FRACTION_FACTORS = ("compute", "hbm", "link")
-TIME_FACTORS = ("collective_latency_s", "step_overhead_s", "layer_overhead_s", "request_overhead_s")
-FACTORS = (*FRACTION_FACTORS, "expert_compute", "expert_hbm", *TIME_FACTORS, "arrival_clustering")
+KERNEL_FACTORS = tuple(f"expert_{side}_{k}" for k in EXPERT_KERNELS for side in ("compute", "hbm"))
+OPTIONAL_FRACTIONS = ("expert_compute", "expert_hbm", "attention_hbm", *KERNEL_FACTORS)
+TIME_FACTORS = ("collective_latency_s", "step_overhead_s", "layer_overhead_s", "request_overhead_s",
+                "expert_overhead_s", "seq_overhead_s", "eager_layer_overhead_s")
+OPTIONAL_TIMES = TIME_FACTORS[4:]
+FACTORS = (*FRACTION_FACTORS, "expert_compute", "expert_hbm", *TIME_FACTORS[:4], "arrival_clustering",
+           "attention_hbm", *TIME_FACTORS[4:], *KERNEL_FACTORS)
 
 
 #: The calibration every bundled prediction uses.

@@ -6,8 +6,12 @@
 * ``article``: GB300 and GB200 keep the article-tuned :data:`~pdtune.perfmodel.calibration.DEFAULT_EFFICIENCY`
   (the book's modeled GB300 dataset and the InferenceX check were made with it);
 * ``silicon``: H100, H200, B200 and B300 use factors fitted on aiconfigurator's public vLLM measurements
-  (``data/clusters/aiconfigurator-silicon/``), every bundled model measured on that GPU; how they score on a
-  model they were not fitted on is the leave-one-model-out benchmark (``benchmarks/bench_validate.py``).
+  (``data/clusters/aiconfigurator-silicon/``), every bundled model measured on a GPU of the same architecture
+  (:data:`ARCHITECTURES`: H100 and H200 are one Hopper die with two memories, B200 and B300 two Blackwell parts):
+  a kernel reaches the same fraction of the peaks ``data/gpus/gpus.csv`` lists on either, and the launch and
+  host overheads are the same, so one fit per architecture sees four or five models instead of two to four. How
+  they score on a model they were not fitted on is the leave-one-model-out benchmark
+  (``benchmarks/bench_validate.py``), which leaves the model out on every GPU.
 
 ``data/perfmodel/fit_defaults.py`` rewrites the file from the shipped data; its README says what it was fitted on.
 A GPU the file does not list uses the article's factors.
@@ -33,6 +37,18 @@ from pdtune.perfmodel.validation import model_key, select_rows
 
 #: The GPUs whose defaults are fitted on the public vLLM measurements; the others keep the article's.
 SILICON_GPUS = ("h100", "h200", "b200", "b300")
+
+#: GPUs whose defaults are fitted together: the same silicon generation (SMs, tensor cores, kernels), whose
+#: differences (HBM bandwidth and size, FP4 peak, NVLink) the GPU table carries.
+ARCHITECTURES = {"hopper": ("h100", "h200"), "blackwell": ("b200", "b300")}
+
+
+def architecture_of(gpu: str) -> tuple[str, ...]:
+    """The GPUs fitted together with ``gpu`` (itself alone when it has no listed architecture)."""
+    for members in ARCHITECTURES.values():
+        if gpu in members:
+            return members
+    return (gpu,)
 
 
 def defaults_file() -> Path:
@@ -112,9 +128,10 @@ def silicon_problems(df: pd.DataFrame, gpus: Iterable[str] = SILICON_GPUS) -> di
 def fit_gpu_defaults(
     problems: dict[tuple[str, str], Problem], gpu: str, *, exclude: Sequence[str] = ()
 ) -> tuple[Efficiency, list[str]]:
-    """Factors for ``gpu`` fitted on every problem of that GPU whose model is not in ``exclude`` (all GPUs'
-    such problems when the GPU has none), and the models they came from."""
-    mine = [(m, p) for (m, g), p in problems.items() if g == gpu and m not in exclude]
+    """Factors for ``gpu`` fitted on every problem of its architecture (:func:`architecture_of`) whose model is
+    not in ``exclude`` (all GPUs' such problems when the architecture has none), and the models they came from."""
+    members = architecture_of(gpu)
+    mine = [(m, p) for (m, g), p in problems.items() if g in members and m not in exclude]
     if not mine:
         mine = [(m, p) for (m, g), p in problems.items() if m not in exclude]
     if not mine:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
+from pdtune import versions
 from pdtune.errors import InputError
 from pdtune.guarded import bundled, read_frame
 from pdtune.gpus import GpuSpec
@@ -49,12 +50,22 @@ from pdtune.paths import article_dir
 from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
 from pdtune.perfmodel.network import group_bandwidth, scale_out_latency
+from pdtune.precision import expert_kernel
 from pdtune.state import StatePlan, plan_state
 from pdtune.topology import Topology
 from pdtune.units import GiB, from_gib
 
 #: Activations travel between GPUs in bf16 (TP all-reduce, MoE combine, pipeline sends).
 ACTIVATION_BYTES = 2
+
+#: The kinds of work of one step, each timed at its own fractions (:meth:`Efficiency.fractions`).
+KINDS = ("dense", "experts", "attention", "recurrent", "lm_head", "mtp_draft")
+
+#: vLLM's ceiling on the largest CUDA-graph capture size when none is set (``VllmConfig._set_cudagraph_sizes``,
+#: vllm/config/vllm.py): ``min(2 x max_num_seqs x decode query length, 512)``; from 0.28 the ceiling is 1024 on
+#: compute-capability-10 GPUs (``is_device_capability_family(100)``: B200, B300, GB200, GB300).
+DEFAULT_MAX_CAPTURE = 512
+SM100_MAX_CAPTURE, SM100_SINCE, SM100_GPUS = 1024, "0.28", ("b200", "b300", "gb200", "gb300")
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ class EngineConfig:
     speculative_model: ModelSpec | None = None
     num_speculative_tokens: int = 0  # the speculative model's draft tokens (MTP uses ``mtp_tokens``)
     decode_context_parallel_size: int = 1
+    max_capture_size: int | None = None  # largest CUDA-graph batch; None: vLLM's default (Engine.capture_limit)
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -173,12 +185,12 @@ class Work:
     flops: dict[str, float]
     bytes: float
 
-    def time(self, gpu: GpuSpec, eff: Efficiency, *, experts: bool = False) -> float:
-        """Roofline at the achieved fractions: compute-bound or memory-bound, whichever is slower (``experts``:
-        the routed experts' grouped GEMMs, at ``expert_compute``)."""
-        fraction = eff.experts if experts else eff.compute
+    def time(self, gpu: GpuSpec, eff: Efficiency, kind: str = "dense", kernel: str = "") -> float:
+        """Roofline at the achieved fractions of ``kind`` (the routed experts at their ``kernel``'s):
+        compute-bound or memory-bound, whichever is slower."""
+        fraction, hbm = eff.fractions(kind, kernel)
         compute = sum(f / (gpu.peak_flops(d) * fraction) for d, f in self.flops.items())
-        return max(compute, self.bytes / (gpu.hbm_bandwidth * (eff.experts_hbm if experts else eff.hbm)))
+        return max(compute, self.bytes / (gpu.hbm_bandwidth * hbm))
 
     def peak_seconds(self, gpu: GpuSpec) -> tuple[float, float]:
         """(compute seconds, memory seconds) at 100 % of the peaks: the roofline's two sides."""
@@ -213,44 +225,67 @@ class StepTerms:
     """One step on one GPU as linear pieces, the efficiency factors left out.
 
     ``seconds(eff)`` equals :meth:`Engine.step_time` ``(batch, eff).total`` (to rounding) for a one-stage
-    engine: each kind of work costs ``max(compute_s / compute, memory_s / hbm)``, communication
-    ``link_s / link`` plus ``calls x collective_latency_s`` (and the network latency for calls that leave the
-    NVLink domain), and the step ``step_overhead_s + layers x layer_overhead_s``.
+    engine: each kind of work costs ``max(compute_s / compute, memory_s / hbm)`` at its kind's fractions (the
+    routed experts at their kernel family's), communication ``link_s / link`` plus ``calls x
+    collective_latency_s`` (and the network latency for calls that leave the NVLink domain), and the fixed costs
+    ``step_overhead_s + layers x layer_overhead_s + expert_slots x expert_overhead_s + seqs x seq_overhead_s
+    + eager_layers x eager_layer_overhead_s`` (``expert_slots``: MoE layers x the routed experts one GPU holds).
     """
 
+    kinds: tuple[str, ...]  # the kind of each piece of work (:data:`KINDS`)
     compute_s: tuple[float, ...]  # per kind of work: seconds at the dense tensor-core peak
     memory_s: tuple[float, ...]  # per kind of work: seconds at the HBM peak
-    experts: tuple[bool, ...]  # per kind of work: the routed experts (at expert_compute)
+    kernel: str  # the routed experts' kernel family ("" without routed experts)
     link_s: float  # communication seconds at 100 % of the links
     calls: float  # collective calls, each costing collective_latency_s
     network_s: float  # fixed network cost of the calls that leave the NVLink domain (seconds)
     layers: int
+    expert_slots: float = 0.0  # MoE layers x routed experts per GPU (E / EP)
+    seqs: float = 0.0  # sequences in the step (one rank's)
+    eager_layers: int = 0  # layers run outside CUDA graphs (all of them in a step above the capture size)
+    stages: int = 1  # pipeline stages summed into these terms (each pays the step overhead)
 
     def seconds(self, eff: Efficiency) -> float:
-        work = sum(
-            max(c / eff.experts, m / eff.experts_hbm) if x else max(c / eff.compute, m / eff.hbm)
-            for c, m, x in zip(self.compute_s, self.memory_s, self.experts, strict=True)
-        )
+        work = 0.0
+        for kind, c, m in zip(self.kinds, self.compute_s, self.memory_s, strict=True):
+            compute, hbm = eff.fractions(kind, self.kernel)
+            work += max(c / compute, m / hbm)
         return (
             work
             + self.link_s / eff.link
             + self.calls * eff.collective_latency_s
             + self.network_s
-            + eff.step_overhead_s
-            + self.layers * eff.layer_overhead_s
+            + fixed_seconds(eff, self.layers, self.expert_slots, self.seqs, self.eager_layers, self.stages)
         )
 
     def __add__(self, other: StepTerms) -> StepTerms:
-        """Two steps one after the other (pipeline stages in turn)."""
+        """Two steps one after the other (pipeline stages in turn): the step overhead is paid once per stage."""
         return StepTerms(
+            self.kinds + other.kinds,
             self.compute_s + other.compute_s,
             self.memory_s + other.memory_s,
-            self.experts + other.experts,
+            self.kernel or other.kernel,
             self.link_s + other.link_s,
             self.calls + other.calls,
             self.network_s + other.network_s,
             self.layers + other.layers,
+            self.expert_slots + other.expert_slots,
+            self.seqs + other.seqs,
+            self.eager_layers + other.eager_layers,
+            self.stages + other.stages,
         )
+
+
+def fixed_seconds(eff: Efficiency, layers: int, expert_slots: float, seqs: float, eager_layers: int,
+                  stages: int = 1) -> float:
+    """The fixed costs of one step of one stage (or ``stages`` of them): what no roofline term sees."""
+    return (
+        stages * eff.step_overhead_s
+        + layers * eff.layer_overhead_s
+        + expert_slots * eff.expert_overhead_s
+        + seqs * eff.seq_overhead_s
+        + eager_layers * eff.eager_layer_overhead_s
+    )
 
 
 @dataclass(frozen=True)
@@ -284,6 +319,38 @@ class Engine:
         """KV cache bytes one token occupies in one attention layer on one TP rank."""
         page = self.plan.attention_page
         return page.bytes_per_token if page is not None else 0
+
+    @cached_property
+    def expert_kernel(self) -> str:
+        """The routed experts' kernel family on this GPU (:func:`pdtune.precision.expert_kernel`); "" for a dense
+        model."""
+        if not self.costs.num_experts:
+            return ""
+        return expert_kernel(self.spec.weights, native_fp4="fp4" in self.gpu.dense_flops)
+
+    @cached_property
+    def capture_limit(self) -> int:
+        """Tokens of the largest step that runs in a CUDA graph: ``--max-cudagraph-capture-size`` if given, else
+        vLLM's default ``min(2 x max_num_seqs x (1 + MTP tokens), ceiling)`` (:data:`DEFAULT_MAX_CAPTURE`), never
+        above ``max_num_batched_tokens`` (``VllmConfig._set_cudagraph_sizes``). A larger step runs eagerly."""
+        config = self.config
+        if config.max_capture_size is not None:
+            return min(config.max_capture_size, config.max_num_batched_tokens)
+        sm100 = self.gpu.name in SM100_GPUS and versions.at_least(config.vllm, SM100_SINCE)
+        ceiling = SM100_MAX_CAPTURE if sm100 else DEFAULT_MAX_CAPTURE
+        seqs = config.max_num_seqs if config.max_num_seqs is not None else ceiling
+        query = 1 + self.mtp_tokens  # a uniform decode step carries every draft token
+        return min(2 * seqs * query, ceiling, config.max_num_batched_tokens)
+
+    def _fixed_counts(self, index: int, batch: Batch) -> tuple[int, float, float, int]:
+        """(layers, expert slots, sequences, eager layers) of stage ``index`` in ``batch``: what the fixed costs
+        count. Expert slots are MoE layers times the routed experts one GPU holds (``E / EP``); a step runs in a
+        CUDA graph when its tokens fit the largest capture size; sequences are counted once per step (on the
+        first stage)."""
+        info = self._stage_info[index]
+        eager = info.layers if batch.tokens > self.capture_limit else 0
+        slots = info.moe * self.costs.num_experts / self.topology.ep
+        return info.layers, slots, batch.seqs if index == 0 else 0.0, eager
 
     @cached_property
     def state_bytes(self) -> int:
@@ -327,7 +394,7 @@ class Engine:
 
     def _stage_time(self, index: int, batch: Batch, eff: Efficiency) -> StepTime:
         parts = {
-            name: w.time(self.gpu, eff, experts=name == "experts")
+            name: w.time(self.gpu, eff, name, self.expert_kernel)
             for name, w in self._stage_work(index, batch).items()
         }
         parts.update(self._comm_times(batch, index, eff))
@@ -338,8 +405,7 @@ class Engine:
             link = group_bandwidth(self.gpu, self._pp_group, eff)
             hidden_and_residual = 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES
             parts["pp_send"] = hidden_and_residual / link + eff.collective_latency_s + self._pp_network_latency
-        layers = self._stage_info[index].layers
-        parts["overhead"] = eff.step_overhead_s + layers * eff.layer_overhead_s
+        parts["overhead"] = fixed_seconds(eff, *self._fixed_counts(index, batch))
         return StepTime(parts)
 
     @property
@@ -385,14 +451,19 @@ class Engine:
             link_s += 2 * batch.tokens * self.costs.hidden * ACTIVATION_BYTES / gpu.link_bandwidth(self._pp_group)
             calls += 1
             network_s += self._pp_network_latency
+        layers, slots, seqs, eager = self._fixed_counts(index, batch)
         return StepTerms(
+            tuple(works),
             tuple(c for c, _ in peaks),
             tuple(m for _, m in peaks),
-            tuple(name == "experts" for name in works),
+            self.expert_kernel,
             link_s,
             calls,
             network_s,
-            info.layers,
+            layers,
+            slots,
+            seqs,
+            eager,
         )
 
     def _network_calls(self, calls: int, *, moe: bool) -> int:

@@ -28,18 +28,35 @@ from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.aggregated import agg_plan
-from pdtune.perfmodel.calibration import Efficiency
-from pdtune.perfmodel.validation import _Cache, _engine, compile_agg, model_key, row_setup
+from pdtune.perfmodel.calibration import EXPERT_KERNELS, KERNEL_FACTORS, Efficiency
+from pdtune.perfmodel.engine import KINDS
+from pdtune.perfmodel.validation import (
+    CompiledPoint,
+    RowSetup,
+    _Cache,
+    _engine,
+    compile_agg,
+    model_key,
+    row_setup,
+)
 
 #: The factors a fit moves (``arrival_clustering`` separately), with their bounds: physically plausible ranges.
+#: The routed experts' per-kernel fractions (``expert_*_<kernel>``) are fitted too, for the kernels the rows use.
 FIT_FACTORS: tuple[str, ...] = (
     "compute", "expert_compute", "hbm", "expert_hbm", "link", "collective_latency_s", "step_overhead_s",
-    "layer_overhead_s", "request_overhead_s",
+    "layer_overhead_s", "request_overhead_s", "attention_hbm", "expert_overhead_s", "seq_overhead_s",
+    "eager_layer_overhead_s",
 )
 BOUNDS: dict[str, tuple[float, float]] = {
     "compute": (0.05, 1.0),
     "expert_compute": (0.05, 1.0),
     "expert_hbm": (0.1, 1.0),
+    **{f"expert_compute_{k}": (0.05, 1.0) for k in EXPERT_KERNELS},
+    **{f"expert_hbm_{k}": (0.1, 1.0) for k in EXPERT_KERNELS},
+    "attention_hbm": (0.1, 1.0),
+    "expert_overhead_s": (0.0, 2e-6),  # per routed expert per MoE layer: a fraction of a microsecond
+    "seq_overhead_s": (0.0, 200e-6),  # vLLM's per-request work in one step: tens of microseconds
+    "eager_layer_overhead_s": (0.0, 1e-3),
     "hbm": (0.2, 1.0),
     "link": (0.3, 1.0),  # NCCL and vLLM's custom all-reduce reach well over a third of NVLink on large messages
     "collective_latency_s": (2e-6, 50e-6),  # one NVLink all-reduce launch and handshake
@@ -52,7 +69,16 @@ BOUNDS: dict[str, tuple[float, float]] = {
 #: keeps few deployments from moving factors the data cannot tell apart (a per-step and a per-layer overhead, say).
 PRIOR_SIGMA = {"compute": 0.15, "expert_compute": 0.15, "hbm": 0.15, "expert_hbm": 0.2, "link": 0.25,
                "collective_latency_s": 10e-6, "step_overhead_s": 0.5e-3, "layer_overhead_s": 20e-6,
-               "request_overhead_s": 0.02}
+               "request_overhead_s": 0.02, "attention_hbm": 0.2, "expert_overhead_s": 0.1e-6,
+               "seq_overhead_s": 10e-6, "eager_layer_overhead_s": 50e-6,
+               **{f"expert_compute_{k}": 0.15 for k in EXPERT_KERNELS},
+               **{f"expert_hbm_{k}": 0.2 for k in EXPERT_KERNELS}}
+#: Whether fits add the per-kernel expert fractions of the kernels their rows use.
+FIT_KERNELS = True
+#: A kernel's fractions are pulled towards the generic expert fractions, not towards where the fit started: a
+#: kernel family the rows do not show keeps the average of those they do.
+TIED = {**{f"expert_compute_{k}": "expert_compute" for k in EXPERT_KERNELS},
+        **{f"expert_hbm_{k}": "expert_hbm" for k in EXPERT_KERNELS}}
 #: A one-sigma departure costs what a 7 % error on every row of one model x GPU costs.
 PRIOR_WEIGHT = 0.07
 
@@ -61,9 +87,12 @@ PRIOR_WEIGHT = 0.07
 #: layer), not fitted to anything.
 PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, step_overhead_s=0.5e-3,
                    layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
-                   expert_compute=0.3, expert_hbm=0.7)
+                   expert_compute=0.3, expert_hbm=0.7, attention_hbm=0.6, expert_overhead_s=0.1e-6,
+                   seq_overhead_s=10e-6, eager_layer_overhead_s=50e-6)
 
 _SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
+          "attention_hbm": 0.1, "expert_overhead_s": 1e-7, "seq_overhead_s": 1e-5,
+          "eager_layer_overhead_s": 1e-5, **{n: 0.1 for n in TIED},
           "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
           "layer_overhead_s": 1e-5, "request_overhead_s": 1e-2}
 
@@ -112,18 +141,25 @@ def split_deployments(keys: Sequence[str], holdout_fraction: float = 0.25) -> tu
 # ------------------------------------------------------------------------------------------- compiling
 
 
+#: The columns of the experts' kernel index: generic first, then each family.
+_KERNELS = ("", *EXPERT_KERNELS)
+
+
 @dataclass
 class TermMatrix:
     """Every step of every point as arrays, and how each point's TTFT and TPOT weigh them."""
 
-    compute: np.ndarray  # steps x kinds, seconds at the compute peak (dense work)
-    expert: np.ndarray  # steps x kinds, the routed experts' seconds at the compute peak
-    memory: np.ndarray  # steps x kinds, seconds at the HBM peak (dense work)
-    expert_memory: np.ndarray  # steps x kinds, the routed experts' seconds at the HBM peak
+    compute: np.ndarray  # steps x KINDS, seconds at the compute peak
+    memory: np.ndarray  # steps x KINDS, seconds at the HBM peak
+    kernel: np.ndarray  # steps: index of the routed experts' kernel family in _KERNELS
     link: np.ndarray  # steps
     calls: np.ndarray
     network: np.ndarray
     layers: np.ndarray
+    expert_slots: np.ndarray
+    seqs: np.ndarray
+    eager_layers: np.ndarray
+    stages: np.ndarray
     w_ttft: np.ndarray  # points x steps
     w_tpot: np.ndarray
     ttft_overhead: np.ndarray  # points
@@ -132,18 +168,61 @@ class TermMatrix:
     weight: np.ndarray  # points: 1 / sqrt(rows of the point's problem), so each model x GPU counts alike
     index: list[Any]  # (problem number, row index) of each point
 
+    @property
+    def kernels(self) -> set[str]:
+        """The expert kernel families whose grouped GEMMs these steps run."""
+        used = self.kernel[(self.compute[:, _EXPERTS] > 0) | (self.memory[:, _EXPERTS] > 0)]
+        return {_KERNELS[int(i)] for i in np.unique(used)} - {""}
+
     def times(self, eff: Efficiency) -> tuple[np.ndarray, np.ndarray]:
-        work = (np.maximum(self.compute / eff.compute, self.memory / eff.hbm)
-                + np.maximum(self.expert / eff.experts, self.expert_memory / eff.experts_hbm)).sum(axis=1)
-        step = (work + self.link / eff.link + self.calls * eff.collective_latency_s + self.network
-                + eff.step_overhead_s + self.layers * eff.layer_overhead_s)
+        fractions = [eff.fractions(kind) for kind in KINDS]
+        work = np.maximum(self.compute / np.array([c for c, _ in fractions]),
+                          self.memory / np.array([m for _, m in fractions]))
+        by_kernel = np.array([eff.expert_fractions(k) for k in _KERNELS])[self.kernel]
+        work[:, _EXPERTS] = np.maximum(self.compute[:, _EXPERTS] / by_kernel[:, 0],
+                                       self.memory[:, _EXPERTS] / by_kernel[:, 1])
+        step = (work.sum(axis=1) + self.link / eff.link + self.calls * eff.collective_latency_s + self.network
+                + self.stages * eff.step_overhead_s + self.layers * eff.layer_overhead_s
+                + self.expert_slots * eff.expert_overhead_s + self.seqs * eff.seq_overhead_s
+                + self.eager_layers * eff.eager_layer_overhead_s)
         return self.w_ttft @ step + self.ttft_overhead * eff.request_overhead_s, self.w_tpot @ step
+
+
+_EXPERTS = KINDS.index("experts")
 
 
 @dataclass(frozen=True)
 class Compiled:
     matrix: TermMatrix | None
     unpredicted: dict[Any, str] = field(default_factory=dict)  # (problem, row) -> reason
+
+
+#: Planned points by everything a plan depends on (the served model, layout, vLLM line, KV dtype, workload,
+#: concurrency, clustering), kept between fits: a plan is a pure function of those, and the held-out benchmarks
+#: re-plan the same rows for dozens of fits. One engine cache per GPU object (held here, so its id stays unique).
+_PLANS: dict[tuple[Any, ...], CompiledPoint | InputError] = {}
+_ENGINES: dict[int, tuple[GpuSpec, _Cache]] = {}
+
+
+def _engine_cache(gpu: GpuSpec) -> _Cache:
+    if id(gpu) not in _ENGINES or _ENGINES[id(gpu)][0] is not gpu:
+        _ENGINES[id(gpu)] = (gpu, _Cache())
+    return _ENGINES[id(gpu)][1]
+
+
+def _planned(cache: _Cache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int, c: int,
+             clustering: float) -> CompiledPoint:
+    key = (id(gpu), setup.spec, setup.topology, setup.vllm, setup.kv_cache_dtype, isl, osl, c, clustering)
+    if key not in _PLANS:
+        try:
+            engine = _engine(cache, setup, gpu, isl, osl)
+            _PLANS[key] = compile_agg(engine, agg_plan(engine, c, isl, osl, clustering), None, isl, osl)
+        except InputError as exc:
+            _PLANS[key] = exc
+    found = _PLANS[key]
+    if isinstance(found, InputError):
+        raise found
+    return found
 
 
 def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled:
@@ -163,7 +242,7 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
         return step_index[key]
 
     for p_no, problem in enumerate(problems):
-        cache = _Cache()
+        cache = _engine_cache(problem.gpu)
         for r_index, row in problem.rows.iterrows():
             setup = row_setup(row, problem.spec)
             where = (p_no, r_index)
@@ -175,8 +254,7 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
                 continue
             isl, osl, c = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
             try:
-                engine = _engine(cache, setup, problem.gpu, isl, osl)
-                point = compile_agg(engine, agg_plan(engine, c, isl, osl, clustering), where, isl, osl)
+                point = _planned(cache, setup, problem.gpu, isl, osl, c, clustering)
             except InputError as exc:
                 unpredicted[where] = f"{exc.field}: {exc.message}"
                 continue
@@ -191,15 +269,12 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
     per_problem: dict[int, int] = {}
     for p_no, _ in index:
         per_problem[p_no] = per_problem.get(p_no, 0) + 1
-    kinds = max(len(t.compute_s) for t in steps)
-    compute = np.zeros((len(steps), kinds))
-    expert = np.zeros((len(steps), kinds))
-    memory = np.zeros((len(steps), kinds))
-    expert_memory = np.zeros((len(steps), kinds))
+    compute = np.zeros((len(steps), len(KINDS)))
+    memory = np.zeros((len(steps), len(KINDS)))
     for i, t in enumerate(steps):
-        for j, (c, m, x) in enumerate(zip(t.compute_s, t.memory_s, t.experts, strict=True)):
-            (expert if x else compute)[i, j] = c
-            (expert_memory if x else memory)[i, j] = m
+        for kind, c, m in zip(t.kinds, t.compute_s, t.memory_s, strict=True):
+            compute[i, KINDS.index(kind)] += c
+            memory[i, KINDS.index(kind)] += m
     w_ttft = np.zeros((len(index), len(steps)))
     w_tpot = np.zeros((len(index), len(steps)))
     for i, (a, b) in enumerate(zip(rows_ttft, rows_tpot, strict=True)):
@@ -209,13 +284,16 @@ def compile_problems(problems: Sequence[Problem], clustering: float) -> Compiled
             w_tpot[i, j] += w
     matrix = TermMatrix(
         compute=compute,
-        expert=expert,
         memory=memory,
-        expert_memory=expert_memory,
+        kernel=np.array([_KERNELS.index(t.kernel) for t in steps], dtype=int),
         link=np.array([t.link_s for t in steps]),
         calls=np.array([t.calls for t in steps]),
         network=np.array([t.network_s for t in steps]),
         layers=np.array([float(t.layers) for t in steps]),
+        expert_slots=np.array([float(t.expert_slots) for t in steps]),
+        seqs=np.array([float(t.seqs) for t in steps]),
+        eager_layers=np.array([float(t.eager_layers) for t in steps]),
+        stages=np.array([float(t.stages) for t in steps]),
         w_ttft=w_ttft,
         w_tpot=w_tpot,
         ttft_overhead=np.array(overhead),
@@ -246,26 +324,51 @@ def _residuals(matrix: TermMatrix, eff: Efficiency) -> np.ndarray:
                            w * np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
 
 
+def _value(eff: Efficiency, name: str) -> float:
+    """A factor's value with its fallbacks resolved (an unset kernel fraction is the generic one)."""
+    if name in TIED:
+        side, kernel = name.removeprefix("expert_").split("_", 1)
+        compute, hbm = eff.expert_fractions(kernel)
+        return compute if side == "compute" else hbm
+    resolved = {"expert_compute": eff.experts, "expert_hbm": eff.experts_hbm,
+                "attention_hbm": eff.fractions("attention")[1]}
+    return float(resolved[name]) if name in resolved else float(getattr(eff, name))
+
+
 def _values(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
-    resolved = {"expert_compute": eff.experts, "expert_hbm": eff.experts_hbm}
-    return np.array([resolved.get(n, getattr(eff, n)) for n in names], dtype=float)
+    return np.array([_value(eff, n) for n in names], dtype=float)
 
 
 def _fit_times(
     matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
 ) -> tuple[Efficiency, float]:
     names = list(factors)
+    if FIT_KERNELS:
+        names += [n for n in KERNEL_FACTORS if n not in names and _kernel_of(n) in matrix.kernels]
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
     x0 = np.clip(_values(start, names), lo, hi)
     sigma = np.array([PRIOR_SIGMA[n] for n in names])
     weight = PRIOR_WEIGHT * math.sqrt(2 * problems)
+    # A kernel's fraction that the start leaves unset is pulled towards the generic fraction's current value
+    # (when that is fitted too); one the start sets (a calibration starting from fitted defaults), towards it.
+    tied = [(i, names.index(TIED[n])) for i, n in enumerate(names)
+            if n in TIED and TIED[n] in names and getattr(start, n) is None]
+    free = np.ones(len(names), dtype=bool)
+    for i, _ in tied:
+        free[i] = False
 
     def make(x: np.ndarray) -> Efficiency:
         return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
 
+    def prior(x: np.ndarray) -> np.ndarray:
+        out = np.where(free, x - x0, 0.0)
+        for i, j in tied:
+            out[i] = x[i] - x[j]
+        return weight * out / sigma
+
     result = least_squares(
-        lambda x: np.concatenate([_residuals(matrix, make(x)), weight * (x - x0) / sigma]),
+        lambda x: np.concatenate([_residuals(matrix, make(x)), prior(x)]),
         x0,
         bounds=(lo, hi),
         loss="soft_l1",
@@ -276,14 +379,20 @@ def _fit_times(
     return make(result.x), float(result.cost)
 
 
+def _kernel_of(name: str) -> str:
+    return name.rsplit("_", 1)[-1]
+
+
 def fit_efficiency(
     problems: Sequence[Problem],
     *,
     start: Efficiency,
-    factors: Sequence[str] = FIT_FACTORS,
+    factors: Sequence[str] | None = None,
     fit_clustering: bool = True,
 ) -> FitResult:
-    """The factors that best predict the aggregated rows of ``problems`` (and nothing else)."""
+    """The factors that best predict the aggregated rows of ``problems`` (and nothing else); ``factors`` default
+    to :data:`FIT_FACTORS` (plus the kernel fractions of the expert kernels the rows use)."""
+    factors = FIT_FACTORS if factors is None else factors
     cache: dict[float, tuple[Efficiency, float, Compiled]] = {}
 
     def solve(clustering: float) -> tuple[Efficiency, float, Compiled]:

@@ -4,8 +4,9 @@ Two scores for every measured aggregated row of a bundled model (aiconfigurator'
 results table):
 
 * **uncalibrated, leave-one-model-out**: the row is predicted with default factors for its GPU refitted on
-  every *other* model measured on that GPU (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults` with the row's
-  model excluded), the honest score of the shipped defaults, which were fitted on every model;
+  every *other* model measured on a GPU of its architecture (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`
+  with the row's model excluded on every GPU), the honest score of the shipped defaults, which were fitted on
+  every model;
 * **calibrated, held-out deployments**: the model x GPU's deployments are split into ``folds`` groups by a stable
   hash; each group is predicted with factors fitted (starting from the leave-one-model-out defaults) on the other
   groups only, so no fit that predicts a row has seen that row, its deployment, or its model's other data through
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from pdtune.perfmodel.calibration import Efficiency
-from pdtune.perfmodel.defaults import fit_gpu_defaults
+from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
 from pdtune.perfmodel.validation import METRICS, _stats, validate_rows
 
@@ -51,10 +52,14 @@ def heldout_table(
     frames = []
     factors: dict[tuple[str, str], Efficiency] = {}
     used: dict[tuple[str, str], list[str]] = {}
+    lomo_fits: dict[tuple[tuple[str, ...], str], tuple[Efficiency, list[str]]] = {}
     for (model, gpu), problem in sorted(problems.items()):
         if models is not None and model not in models:
             continue
-        lomo, fitted_models = fit_gpu_defaults(problems, gpu, exclude=[model])
+        key = (architecture_of(gpu), model)  # GPUs of one architecture share one fit
+        if key not in lomo_fits:
+            lomo_fits[key] = fit_gpu_defaults(problems, gpu, exclude=[model])
+        lomo, fitted_models = lomo_fits[key]
         factors[(model, gpu)], used[(model, gpu)] = lomo, fitted_models
         rows = problem.rows
         keys = rows.apply(deployment_key, axis=1)
