@@ -210,6 +210,8 @@ def key_numbers(scenario: Scenario) -> KeyNumbers:
         kv_cache_dtype=scenario.kv_cache_dtype,
         vllm=scenario.vllm,
         num_speculative_tokens=scenario.num_speculative_tokens,
+        speculative_model=load_model(scenario.speculative_model) if scenario.speculative_model.strip() else None,
+        decode_context_parallel_size=scenario.decode_context_parallel_size,
     )
     rows = tuple(_engine_row(r, scenario) for r in engines.to_dict("records"))
     counts = parse_gpus(scenario.gpus, "gpus") if scenario.gpus.strip() else None
@@ -263,6 +265,10 @@ def state_command(scenario: Scenario, *, tp: int = 1, num_speculative_tokens: in
         words += ["--tp", str(tp)]
     if num_speculative_tokens:
         words += ["--num-speculative-tokens", str(num_speculative_tokens)]
+        if scenario.speculative_model.strip():
+            words += ["--speculative-model", scenario.speculative_model]
+    if kv_cache_bytes is not None and scenario.decode_context_parallel_size > 1:
+        words += ["--decode-context-parallel-size", str(scenario.decode_context_parallel_size)]
     if kv_cache_bytes is not None:
         # repr keeps every digit, so the command's bytes round back to exactly this KV cache
         words += ["--kv-cache-gib", repr(kv_cache_bytes / GiB)]
