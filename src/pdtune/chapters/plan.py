@@ -131,6 +131,10 @@ def share_numbers(worked: dict[str, Any], row: dict[str, Any] | None) -> dict[st
             "nic-share": worked["nic-ms"] / (base + worked["nic-ms"])}
 
 
+#: The link a row's KV cache crosses (``kv_link``), in words.
+LINK_WORDS = {NVLINK: "NVLink", SCALE_OUT: "the scale-out network"}
+
+
 def transfer_table(p: Plan) -> pd.DataFrame:
     """Per prefill -> decode layout pair of the table: bytes moved, link, time and its share of TTFT."""
     frame = p.transfer_frame()
@@ -140,7 +144,7 @@ def transfer_table(p: Plan) -> pd.DataFrame:
 def transfer_sentence(p: Plan) -> str:
     t = p.table
     lo, hi = float(t["kv_transfer_share"].min()), float(t["kv_transfer_share"].max())
-    links = ", ".join(sorted(set(t["kv_link"])))
+    links = " and ".join(LINK_WORDS[k] for k in sorted(set(t["kv_link"])))
     return (f"In this plan the transfer takes {t['kv_transfer_ms'].min():.2f} to {t['kv_transfer_ms'].max():.2f} ms "
             f"over {links}: {lo:.1%} to {hi:.1%} of the TTFT of the rows shown.")
 
@@ -170,10 +174,12 @@ def mixed_sentence(single: Plan, mixed: Planned | str) -> str:
     a, b = middle_pick(single), middle_pick(m)
     if a is None or b is None:
         return "No SLA is met by both plans, so there is no pick to compare."
+    pools = (f"both pools on {single.prefill_gpu.name}" if not single.settings.mixed
+             else f"prefill on {single.prefill_gpu.name} and decode on {single.decode_gpu.name}")
     return (f"With prefill on {m.prefill_gpu.name} and decode on {m.decode_gpu.name}, the pick for the same floor "
-            f"is {b['deployment']} at {b['tps_per_gpu']:,.0f} tokens/s per GPU (all {m.decode_gpu.name} against "
-            f"{a['tps_per_gpu']:,.0f}); its KV cache crosses the {b['kv_link'].replace('_', '-')} network in "
-            f"{b['kv_transfer_ms']:.1f} ms, {b['kv_transfer_share']:.1%} of its TTFT.")
+            f"is {b['deployment']} at {b['tps_per_gpu']:,.0f} tokens/s per GPU, against {a['tps_per_gpu']:,.0f} "
+            f"with {pools}; its KV cache crosses {LINK_WORDS[b['kv_link']]} in {b['kv_transfer_ms']:.1f} ms, "
+            f"{b['kv_transfer_share']:.1%} of its TTFT.")
 
 
 # --- recipes ---------------------------------------------------------------------------------------------
