@@ -53,8 +53,11 @@ def search_sentence(planned: Planned) -> str:
             f"{n['frontier']} of them on the frontier, in {n['seconds']:.1f} s of search on this machine.")
 
 
-PICK_COLUMNS = ["sla", "row", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user",
-                "ttft_ms_p50", "kv_transfer_ms", "kv_transfer_share", "kv_link"]
+PICK_COLUMNS = ["sla", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
+                "kv_transfer_share"]
+
+#: Shares of TTFT as percentages, in the chapter's tables.
+SHARE_FORMATS = {"kv_transfer_share": ".1%", "share_of_ttft_min": ".1%", "share_of_ttft_max": ".1%"}
 
 
 def picks_frame(p: Plan) -> pd.DataFrame:
@@ -63,7 +66,8 @@ def picks_frame(p: Plan) -> pd.DataFrame:
     for pick in p.picks:
         k = pick.row if pick.met else pick.closest_row
         r = p.row(k)  # type: ignore[arg-type]
-        rows.append({"sla": pick.sla.describe() + ("" if pick.met else " (not met: closest)"),
+        text = pick.sla.describe().replace(" tokens/s per user", " tok/s/user")
+        rows.append({"sla": text + ("" if pick.met else " (closest)"),
                      **{c: r[c] for c in PICK_COLUMNS[1:]}})
     return pd.DataFrame(rows, columns=PICK_COLUMNS)
 
@@ -78,12 +82,18 @@ def pick_sentences(p: Plan) -> str:
     return " ".join(picks_sentence(p, pick) + "." for pick in p.picks)
 
 
-def middle_pick(p: Plan) -> dict[str, Any] | None:
-    """The pick of the middle SLA that is met (the one the chapter writes recipes for), as a plain row."""
-    met = [pick for pick in p.picks if pick.met]
+def middle_pick(p: Plan, sla: Sla | None = None) -> dict[str, Any] | None:
+    """The pick of the middle SLA that is met (the one the chapter writes recipes for), or of ``sla``, as a
+    plain row; None when it is not met."""
+    met = [pick for pick in p.picks if pick.met and (sla is None or pick.sla == sla)]
     if not met:
         return None
     return p.row(met[len(met) // 2].row)  # type: ignore[arg-type]
+
+
+def middle_sla(p: Plan) -> Sla | None:
+    met = [pick for pick in p.picks if pick.met]
+    return met[len(met) // 2].sla if met else None
 
 
 def ends_sentence(p: Plan) -> str:
@@ -171,12 +181,14 @@ def mixed_sentence(single: Plan, mixed: Planned | str) -> str:
     if isinstance(mixed, str):
         return mixed
     m = mixed.plan
-    a, b = middle_pick(single), middle_pick(m)
+    sla = middle_sla(single)
+    a, b = middle_pick(single), middle_pick(m, sla) if sla is not None else None
     if a is None or b is None:
         return "No SLA is met by both plans, so there is no pick to compare."
     pools = (f"both pools on {single.prefill_gpu.name}" if not single.settings.mixed
              else f"prefill on {single.prefill_gpu.name} and decode on {single.decode_gpu.name}")
-    return (f"With prefill on {m.prefill_gpu.name} and decode on {m.decode_gpu.name}, the pick for the same floor "
+    return (f"With prefill on {m.prefill_gpu.name} and decode on {m.decode_gpu.name}, the pick for "
+            f"{sla.describe()} "
             f"is {b['deployment']} at {b['tps_per_gpu']:,.0f} tokens/s per GPU, against {a['tps_per_gpu']:,.0f} "
             f"with {pools}; its KV cache crosses {LINK_WORDS[b['kv_link']]} in {b['kv_transfer_ms']:.1f} ms, "
             f"{b['kv_transfer_share']:.1%} of its TTFT.")
