@@ -64,14 +64,14 @@ def test_workbook_writes_the_plan_and_the_summary_names_picks_and_recipes(tmp_pa
 def test_the_workbook_plan_is_pdtune_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The same question on the command line gives the same picks."""
     params = load_parameters(write_params(tmp_path / "params", plan=FAST_PLAN))
-    planned = scenario_plan(params.resolved, params.source)
+    result = scenario_plan(params.resolved, params.source)  # searched in a child process
     s = params.resolved
     argv = ["plan", s.model, "--gpu", s.gpu, "--max-gpus", "16", "--isl", str(s.isl), "--osl", str(s.osl),
             "--min-tps-per-user", "20,50", "--gpu-memory-utilization", str(s.gpu_memory_utilization),
             "--mtp", str(s.num_speculative_tokens), "--acceptance", str(s.mtp_acceptance), "--json"]
     assert main(argv) == 0
     cli = json.loads(capsys.readouterr().out)
-    mine = planned.plan.to_dict()
+    mine = result.data
     assert [p["row"] for p in cli["picks"]] == [p["row"] for p in mine["picks"]]
     assert [r["deployment"] for r in cli["rows"]] == [r["deployment"] for r in mine["rows"]]
 
@@ -110,8 +110,7 @@ def test_a_draft_model_and_dcp_reach_the_kv_room_as_pdtune_state_counts_them(
     tp2 = {r["topology"]: r for r in plain.engines if not r["mtp"]}["TP2"]
     assert {r["topology"]: r for r in numbers.engines if not r["mtp"]}["TP2"]["requests_per_engine"] > \
         tp2["requests_per_engine"]
-    planned = scenario_plan(drafted.resolved, drafted.source)
-    extras = planned.plan.state_extras()
+    extras = scenario_plan(drafted.resolved, drafted.source).data["state_extras"]
     assert extras is not None and extras["speculative_model"] == "eagle3-llama3-8b"
     assert extras["decode_context_parallel_size"] == 2
 
@@ -134,8 +133,8 @@ def test_a_calibration_file_gives_the_plan_its_factors(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "cal.yaml").write_text(CALIBRATION, encoding="utf-8")
     params = load_parameters(write_params(folder, plan=FAST_PLAN, calibration="cal.yaml"))
-    planned = scenario_plan(params.resolved, params.source)
-    assert all(f.source == f"calibration {folder / 'cal.yaml'}" for f in planned.plan.factors.values())
-    assert planned.plan.factors["decode"].efficiency.compute == pytest.approx(0.5)
-    default = scenario_plan(load_parameters(write_params(tmp_path / "d", plan=FAST_PLAN)).resolved, "d")
-    assert default.plan.table["tps_per_gpu"].max() != planned.plan.table["tps_per_gpu"].max()
+    factors = scenario_plan(params.resolved, params.source).data["factors"]
+    assert all(f["source"] == f"calibration {folder / 'cal.yaml'}" for f in factors.values())
+    assert factors["decode"]["factors"]["compute"] == pytest.approx(0.5)
+    default = load_parameters(write_params(tmp_path / "d", plan=FAST_PLAN))
+    assert scenario_plan(default.resolved, "d").data["factors"]["decode"]["factors"]["compute"] != 0.5

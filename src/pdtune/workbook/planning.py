@@ -15,11 +15,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdtune.errors import InputError
-from pdtune.plan import Plan, PlanSettings, Sla, picks_sentence, plan, sla_list
 from pdtune.scenario import PlanParameters, Scenario
+
+if TYPE_CHECKING:  # the search (pdtune.plan, pdtune.perfmodel, scipy) is imported where it runs
+    from pdtune.plan import Plan, PlanSettings, Sla
 
 #: Where the workbook writes the plan inside its output folder, and the recipes inside that.
 PLAN_DIR = "plan"
@@ -44,9 +46,11 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
     ``prefill_gpu`` / ``decode_gpu`` / ``max_gpus`` override the pools and the budget (the chapter's mixed
     pool and exercises); otherwise prefill runs on ``gpu`` and decode on ``plan.decode_gpu`` or ``gpu``.
     """
+    from pdtune.plan import PlanSettings
+    from pdtune.scenario import plan_budget
+
     p = _parameters(plan or {})
     draft = speculative_model.strip() or None
-    from pdtune.scenario import plan_budget
 
     return PlanSettings(
         model=model, gpu=prefill_gpu or gpu, decode_gpu=decode_gpu or p.decode_gpu.strip() or gpu,
@@ -62,6 +66,8 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
 
 def plan_slas(plan: PlanParameters | Mapping[str, Any] | None) -> list[Sla]:
     """One SLA per interactivity floor, each with the latency limits (``pdtune plan``'s rule)."""
+    from pdtune.plan import sla_list
+
     p = _parameters(plan or {})
     return sla_list(p.min_tps_per_user, p.max_ttft_ms, p.max_tpot_ms_p90)
 
@@ -91,6 +97,8 @@ class Planned:
 
 def timed_plan(settings: PlanSettings, slas: list[Sla]) -> Planned:
     """:func:`pdtune.plan.plan` (an SLA nothing meets is a pick with ``met=False`` and its closest row)."""
+    from pdtune.plan import plan
+
     started = time.perf_counter()
     result = plan(settings, slas)
     return Planned(result, time.perf_counter() - started)
@@ -103,36 +111,87 @@ _PLAN_KEYS = {"max_gpus": "plan.max_gpus", "prefill_topologies": "plan.prefill_t
               "decode_context_parallel_size": "decode_context_parallel_size"}
 
 
-def scenario_plan(scenario: Scenario, source: str | Path) -> Planned:
-    """The workbook's plan; a question pdtune cannot answer (a budget smaller than the smallest deployment,
-    a calibration for another model) is bad input naming the parameters file and the key."""
+@dataclass(frozen=True)
+class WorkbookPlan:
+    """The workbook's plan as the files hold it: ``plan.json``'s content, the summary's part, the pick rows."""
+
+    data: dict[str, Any]
+    summary: dict[str, Any]
+    pick_rows: tuple[int, ...]
+
+
+def scenario_plan(scenario: Scenario, source: str | Path) -> WorkbookPlan:
+    """The workbook's plan, searched in a child process (the workbook itself never loads the performance model,
+    so it starts, and stops on Ctrl-C, as fast as before); a question pdtune cannot answer (a budget smaller
+    than the smallest deployment, a calibration for another model) is bad input naming the parameters file
+    and the key."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_child, initargs=(os.getpid(),))
     try:
-        return timed_plan(scenario_settings(scenario), plan_slas(scenario.plan))
+        outcome = pool.submit(_plan_job, scenario).result()
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    if "error" in outcome:
+        field, message = outcome["error"]
+        raise InputError(source, field, message)
+    return WorkbookPlan(outcome["data"], outcome["summary"], tuple(outcome["rows"]))
+
+
+def _init_child(parent_pid: int) -> None:
+    import signal
+
+    from pdtune.signals import die_with_parent
+
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workbook answers Ctrl-C and stops this process itself
+
+
+def _plan_job(scenario: Scenario) -> dict[str, Any]:
+    """In the child: the search, as plain data (an error as its key and message, InputError does not pickle)."""
+    try:
+        planned = timed_plan(scenario_settings(scenario), plan_slas(scenario.plan))
     except InputError as exc:
         key = _PLAN_KEYS.get(exc.field) or ("calibration" if scenario.calibration and
                                             str(exc.source) == scenario.calibration else "plan")
-        raise InputError(source, key, exc.message) from None
+        return {"error": (key, exc.message)}
+    return {"data": planned.plan.to_dict(), "summary": plan_summary(planned), "rows": planned.pick_rows}
 
 
-def write_plan(folder: Path, planned: Planned, *, recipes: bool) -> dict[str, Any]:
+def write_plan(folder: Path, result: WorkbookPlan, *, recipes: bool) -> dict[str, Any]:
     """``plan.json`` (what ``pdtune plan --json`` prints) and, with ``recipes``, every pick's recipes, into
     ``folder``; what the summary says about them (file names relative to the workbook's output folder)."""
+    import copy
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
-    data = planned.plan.to_dict()
+    data = copy.deepcopy(result.data)
+    summary = copy.deepcopy(result.summary)
     written: list[str] = []
-    if recipes and planned.pick_rows:
+    if recipes and result.pick_rows:
         from pdtune.recipe import write_recipes
 
-        paths = write_recipes(data, planned.pick_rows, folder / RECIPES_DIR)
+        paths = write_recipes(data, list(result.pick_rows), folder / RECIPES_DIR)
         written = [f"{PLAN_DIR}/{RECIPES_DIR}/{Path(p).name}" for p in paths]
         data["recipes"] = written
     (folder / PLAN_JSON).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return plan_summary(planned, written)
+    summary["recipes"] = written
+    for pick in summary["picks"]:
+        if pick["met"]:
+            pick["recipes"] = [r for r in written if f"row{pick['row']}-" in r]
+    return summary
 
 
-def plan_summary(planned: Planned, recipes: list[str]) -> dict[str, Any]:
+def plan_summary(planned: Planned) -> dict[str, Any]:
+    from pdtune.plan import picks_sentence
+
     p = planned.plan
     s = p.settings
     picks = []
@@ -141,8 +200,6 @@ def plan_summary(planned: Planned, recipes: list[str]) -> dict[str, Any]:
         row = p.row(pick.row if pick.met else pick.closest_row)  # type: ignore[arg-type]
         entry.update({k: row[k] for k in ("row", "deployment", "gpus_total", "concurrency", "tps_per_gpu",
                                          "tps_per_user", "ttft_ms_p50", "kv_transfer_ms", "kv_transfer_share")})
-        if pick.met:
-            entry["recipes"] = [r for r in recipes if f"row{pick.row}-" in r]
         picks.append(entry)
     return {
         "file": f"{PLAN_DIR}/{PLAN_JSON}", "modeled": p.modeled, "model": p.spec.name,
@@ -151,5 +208,5 @@ def plan_summary(planned: Planned, recipes: list[str]) -> dict[str, Any]:
         "candidates": {"prefill": p.counts["prefill_candidates"], "decode": p.counts["decode_candidates"],
                        "rejected": p.counts["rejected"]},
         "feasible_rows": p.counts["feasible_rows"], "factors": {r: f.source for r, f in p.factors.items()},
-        "picks": picks, "recipes": recipes,
+        "picks": picks, "recipes": [],
     }
