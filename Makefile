@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation
 
 venv: $(STAMP)
 
@@ -77,6 +77,11 @@ bench-peers: venv
 	$(BIN)/python benchmarks/bench_accuracy.py --heldout _build/bench/heldout.json || status=1; \
 	$(BIN)/python benchmarks/peer_timing.py || status=1; \
 	exit $$status
+
+# The performance model's scorecard on aiconfigurator's real vLLM runs (chapter 8 reads it): minutes of refitting,
+# so it is written to data/perfmodel/validation/ once, not at book-build time. Rerun after changing pdtune.perfmodel.
+validation: venv
+	$(BIN)/python -m pdtune.scorecard
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -29,6 +29,7 @@ EXPECTED_TOC = [
     "notebooks/05_prefill.md",
     "notebooks/06_decode.md",
     "notebooks/07_frontier.md",
+    "notebooks/08_trust.md",
     "notebooks/09_plan.md",
     "book/glossary.md",
     "book/references.md",

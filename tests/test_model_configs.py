@@ -33,6 +33,7 @@ L = 8192
 SHA256 = {
     "mistral-7b-v0.1": "cf25cdf4719f181d1d1d371973285d9afe9afde0d0c6a6fd48de857555ce1e0d",
     "qwen3-235b-a22b-fp8": "f666a1099576294bf252b16a899d415425663ed1930b1482967ddd30b085bbc4",
+    "gemma-2-9b-it": "cac169434e5ca8e9cfaa0de6e0fc6ab65643b5505fe5a17699d36cf29a9bbca1",
     "gemma-3-27b-it": "cabd884f5e0d4f01a5bd7fe14bd4bacd0bd83f3725a02acbdc4e72dc001835fa",
     "lfm2.5-vl-1.6b": "fbda22b139d38119d8548135b115ec5ec980202392d237267b9cd210da24a51e",
     "phi-3-mini-4k-instruct": "d81d79531772a0cafe4615997c659cbf53b831622daed49494b4a6937eef9dd3",
@@ -103,6 +104,29 @@ def test_qwen3_235b_fp8_matches_the_silicon_rows(capsys: pytest.CaptureFixture[s
     assert out["rows_used"] == 51 and out["rows_predicted"] == 51 and not out["unpredicted"]
     [group] = out["by_model_gpu_mode"]
     assert (group["model"], group["mode"], group["points"]) == ("Qwen/Qwen3-235B-A22B-FP8", "agg", 51)
+
+
+# ------------------------------------------------------------------ gemma-2-9b-it: every other layer slides
+
+
+@pytest.mark.parametrize("tp", TPS)
+def test_gemma2_9b_slides_every_even_layer(tp: int) -> None:
+    # No layer_types in the file: transformers configuration_gemma2.py Gemma2Config writes
+    # "sliding_attention" if (i + 1) % 2 else "full_attention", so layers 0, 2, ..., 40 slide (window 4096,
+    # gemma2.py Gemma2Attention: is_sliding = config.layer_types[layer_idx] == "sliding_attention").
+    # kv_cache_planning.py _get_kv_cache_groups_uniform_page_size: 21 sliding and 21 full, group size 21,
+    # so one group each. SlidingWindowSpec: cdiv(min(4095 + 16384, 8192), 16) + 1 = 513; FullAttentionSpec:
+    # cdiv(8192, 16) = 512. Page 16 x 2 x (8 / tp) x 256 x 2 B = 131072 / tp; pool page = 21 layers x page.
+    # TP 1: (513 + 512) x 21 x 131072 = 1025 x 2,752,512 = 2,821,324,800 B.
+    spec = load_model("gemma-2-9b-it")
+    kinds = spec.layer_kinds
+    assert spec.model_type == "gemma2" and len(kinds) == 42 and spec.attention.sliding_window == 4096
+    assert [i for i, k in enumerate(kinds) if k is LayerKind.SLIDING_ATTENTION] == list(range(0, 42, 2))
+    plan = plan_state(spec, max_model_len=L, tp=tp)
+    assert sorted(groups(plan)) == [("full_attention", 21, 0, 512), ("sliding_attention", 21, 0, 513)]
+    assert plan.bytes_per_request == (513 + 512) * 21 * (16 * 2 * (8 // tp) * 256 * 2)
+    if tp == 1:
+        assert plan.bytes_per_request == 2_821_324_800
 
 
 # ------------------------------------------------------------------ gemma-3-27b-it: interleaved windows

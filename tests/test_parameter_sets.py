@@ -380,14 +380,7 @@ def _chart_specs(run: Run) -> list[tuple[str, dict[str, Any]]]:
     return specs
 
 
-def _walk(node: Any) -> Any:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
+from test_honest_labels import _walk  # noqa: E402 - every node of a chart spec, shared with the label check
 
 
 def _curves(spec: dict[str, Any]) -> int:
@@ -440,3 +433,43 @@ def test_the_summary_is_what_pdtune_state_prints(runs: dict[str, Run], name: str
         assert main([*shlex.split(row["command"])[1:], "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["max_concurrency"] == pytest.approx(row["requests_per_engine"])
     assert summary["defaults_used"] == list(runs[name].scenario.defaults_used)
+
+
+# ------------------------------------------------------------------- measured beside modeled, honestly
+
+
+#: What chapter 8 and the measured sections of chapters 5 and 6 say of each set's model: only Llama-3.1-70B has
+#: real vLLM runs in the bundled measurements (on H200, the set's GPU); the others say that they have none.
+MEASURED_COVERAGE = {
+    "article": None,
+    "qwen3-next-80b-h200": None,
+    "llama-3.1-70b-h200": "llama-3.1-70b on H200",
+    "qwen3-235b-h200": None,
+}
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_chapter_8_and_the_measured_sections_say_whether_real_runs_cover_the_model(runs: dict[str, Run],
+                                                                                    name: str) -> None:
+    run = runs[name]
+    covered = MEASURED_COVERAGE[name]
+    model = run.scenario.model
+    yours, prefill, decode = (run.glued[k] for k in ("trust-yours", "prefill-real-note", "decode-real-note"))
+    if covered:
+        assert yours.startswith(f"The measurements cover {covered}: ")
+        assert prefill.startswith("Real vLLM measurements of this model exist: the chart opens on " + covered)
+        assert decode.startswith("Real vLLM measurements of this model exist")
+    else:
+        assert f"have no vLLM rows of {model}" in yours
+        assert f"There are no real vLLM measurements of {model}" in prefill
+        assert f"There are no real vLLM measurements of {model}" in decode
+    assert run.glued["trust-rows"] == 1256  # the same public rows for every set
+
+
+@pytest.mark.parametrize("name", HTML_SETS)
+def test_no_workbook_page_calls_modeled_data_measured(runs: dict[str, Run], name: str) -> None:
+    from test_honest_labels import book_problems
+
+    root = runs[name].out / "html"
+    problems = book_problems(root, [f"notebooks/{c}.html" for c in CHAPTERS])
+    assert problems == [], "\n".join(problems)

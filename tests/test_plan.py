@@ -23,11 +23,11 @@ from pdtune.plan import (
     Plan,
     PlanSettings,
     Sla,
-    _undominated,
     candidate_topologies,
     plan,
     spans_nvlink_domain,
 )
+from pdtune.plan.pools import _undominated
 from pdtune.topology import parse_topology
 
 #: What every plan row must carry (issue 12, "Must show").

@@ -1,4 +1,4 @@
-"""Every number the prose of chapters 1-4 prints is computed at build time, or is the article's.
+"""Every number the prose of chapters 1-4 and 8 prints is computed at build time, or is the article's.
 
 A result of pdtune typed into the markdown goes stale when the code changes, and is wrong when the workbook
 re-runs a chapter for another model. So the prose writes such numbers with MyST-NB's ``{glue:text}`` role,
@@ -37,7 +37,7 @@ from pdtune.model import LayerKind, load_model
 from pdtune.paths import article_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ("01_state", "02_memory", "03_graphs", "04_concurrency", "09_plan")
+CHAPTERS = ("01_state", "02_memory", "03_graphs", "04_concurrency", "08_trust", "09_plan")
 
 #: Small integers that count or name things ("1 + K", "0 turns MTP off", "2 KiB" is published separately).
 STRUCTURAL = {"0", "1", "2"}
@@ -58,6 +58,7 @@ EXERCISE_INPUTS: dict[str, set[str]] = {
     "02_memory": {"0.95"},  # run 5 at gpu_memory_utilization 0.95
     "03_graphs": {"1000", "4000", "60", "1", "384", "1536"},  # --max-num-seqs 1000 and 384; a 1 GiB graph, 60 MiB
     "04_concurrency": set(),
+    "08_trust": set(),
     "09_plan": set(),
 }
 

@@ -134,8 +134,9 @@ def mtp_effect(sweep: Sweep, room: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def mtp_verdict(effect: pd.DataFrame) -> str:
-    """Does the data say "MTP helps a lot while the KV cache has room"? One sentence with the medians."""
+def mtp_verdict(effect: pd.DataFrame, *, modeled: bool = False) -> str:
+    """Does the data say "MTP helps a lot while the KV cache has room"? One sentence with the medians; of a
+    ``modeled`` sweep it says what the model predicts, never what "the data" shows."""
     if len(effect) == 0:
         return "No layout was swept both with and without MTP, so the data cannot say whether MTP helps."
     below = effect["median_gain_below"].dropna()
@@ -150,7 +151,9 @@ def mtp_verdict(effect: pd.DataFrame) -> str:
     if len(above):
         helps = helps and statistics.median(above) < statistics.median(below)
     verdict = "agrees with the article" if helps else "does not show the article's pattern"
-    return "In this sweep, " + "; ".join(parts) + f": the data {verdict}."
+    if modeled:
+        return "The model predicts that " + "; ".join(parts) + f": the prediction {verdict}."
+    return "In this sweep, " + "; ".join(parts) + f": the sweep {verdict}."
 
 
 def _whole(requests: float) -> str:
@@ -272,7 +275,7 @@ def mtp_text(spec: Any, sweep: Sweep, effect: pd.DataFrame, room: pd.DataFrame, 
     text = mtp_room_sentence(room, layouts if sweep.available else list(room["layout"].unique()))
     if not sweep.available:
         return text + " Without a decode sweep, what MTP buys in throughput is for the sweep to show."
-    verdict = mtp_verdict(effect)
+    verdict = mtp_verdict(effect, modeled=sweep.modeled)
     return text + (f" The article: MTP helps a lot as long as the KV cache has room. {verdict}" if article_data
                    else f" {verdict}")
 

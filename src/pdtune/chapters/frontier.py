@@ -223,15 +223,20 @@ def predict(prefill: Sweep, decode: Sweep, measured: pd.DataFrame, *, osl: int, 
                       envelope(rows), note)
 
 
-def prediction_sentence(pred: Prediction) -> str:
-    """How close rate matching gets to the disaggregated sweep, in one sentence."""
+def prediction_sentence(pred: Prediction, *, modeled: bool = False) -> str:
+    """How close rate matching gets to the disaggregated sweep, in one sentence. When that sweep is
+    ``modeled`` the sentence compares two predictions and never calls either measured."""
     if not pred.available:
         return pred.note
     if len(pred.summary) == 0:
-        return pred.note or "No measured configuration could be compared with its prediction."
+        return pred.note or "No configuration of the disaggregated sweep could be compared with its prediction."
     total = int(pred.summary["predicted_points"].sum())
     close = int(pred.summary["within_10pct"].sum())
     ratio = float(pred.comparison["predicted_over_measured"].median())
+    if modeled:
+        return (f"Across {len(pred.summary)} configurations, rate matching is within 10 % of the modeled "
+                f"disaggregated sweep's throughput per GPU at {close} of {total} points; the median ratio of "
+                f"rate-matched to modeled is {ratio:.3f}. Both are the performance model's predictions.")
     return (f"Across {len(pred.summary)} configurations, the prediction is within 10 % of the measured "
             f"throughput per GPU at {close} of {total} points; the median ratio of predicted to measured is "
             f"{ratio:.3f}.")
@@ -286,6 +291,21 @@ class RealData:
     @property
     def median_abs_error(self) -> dict[str, float]:
         return {k: float(self.check[f"{k}_error"].abs().median()) for k in ("tps_per_gpu", "tps_per_user")}
+
+    @property
+    def throughput_end(self) -> dict[str, Any]:
+        """The measured point with the most tokens/s per GPU and the model's error there."""
+        top = self.check.loc[self.check["measured_tps_per_gpu"].astype(float).idxmax()]
+        return {"concurrency": int(top["concurrency"]), "measured": float(top["measured_tps_per_gpu"]),
+                "predicted": float(top["predicted_tps_per_gpu"]), "error": float(top["tps_per_gpu_error"]),
+                "user_error": float(top["tps_per_user_error"])}
+
+    @property
+    def throughput_end_sentence(self) -> str:
+        end = self.throughput_end
+        return (f"At the throughput end (concurrency {end['concurrency']:,}, {end['measured']:,.0f} measured total "
+                f"tokens/s per GPU) the model predicts {end['predicted']:,.0f}: an error of {end['error']:+.0%} on "
+                f"tokens/s per GPU and {end['user_error']:+.0%} on tokens/s per user.")
 
 
 INFERENCEX_SOURCE = "InferenceX (SemiAnalysis, Apache-2.0): DeepSeek-R1-0528, GB200 NVL72, Dynamo + TRT-LLM"
@@ -372,3 +392,122 @@ def reverse_text(table: pd.DataFrame, fraction: float = 0.5) -> str:
     if len(table) == 0 or table["deployment"].isna().all():
         return "Without a disaggregated sweep there is no budget to trade for speed."
     return "For example, " + reverse_sentence(table, fraction)
+
+
+# --- a measured frontier of real vLLM disaggregated runs --------------------------------------------------
+
+SILICON_SOURCE = "aiconfigurator's silicon measurements (ai-dynamo/aiconfigurator, Apache-2.0), vLLM disaggregated"
+
+
+@dataclass(frozen=True, eq=False)
+class SiliconFrontier:
+    """aiconfigurator's measured vLLM disaggregated rows, each predicted at its own deployment with the GPU's
+    default factors (:func:`pdtune.perfmodel.validation.validate_rows`), and their measured frontier."""
+
+    points: pd.DataFrame  # one per row: measured, predicted, error; unpredicted rows kept with their reason
+    frontier: pd.DataFrame  # measured_frontier: the measured Pareto points with predicted/measured ratios
+    predicted_frontier: pd.DataFrame  # the Pareto points of the predictions of the same rows
+    defaults: pd.DataFrame  # per GPU: where its default factors came from
+    skipped: dict[str, int]
+
+    @property
+    def available(self) -> bool:
+        return len(self.points) > 0
+
+
+def silicon_frontier(path: str | Path | None = None) -> SiliconFrontier:
+    """Every vLLM disaggregated row of the silicon file whose model is bundled, predicted and scored."""
+    from pdtune.frontier.pareto import pareto_frontier
+    from pdtune.gpus import load_gpu
+    from pdtune.model import bundled_models, load_model
+    from pdtune.perfmodel.defaults import gpu_defaults, silicon_file
+    from pdtune.perfmodel.validation import measured_frontier, model_key, select_rows, validate_rows
+    from pdtune.results import load_results
+
+    df = load_results(path or silicon_file())
+    rows = df[(df["mode"] == "disagg") & (df["backend"].astype(str).str.lower() == "vllm")]
+    bundled = {name.lower(): name for name in bundled_models()}
+    frames, skipped, defaults = [], {}, []
+    for (name, gpu), _group in rows.groupby([rows["model"].map(model_key), "gpu"], sort=True):
+        if name not in bundled:
+            skipped[f"{name}: not bundled in data/models/"] = skipped.get(name, 0) + len(_group)
+            continue
+        sel = select_rows(rows, name, str(gpu))
+        found = gpu_defaults(str(gpu))
+        defaults.append({"gpu": str(gpu), "factors": found.source, "note": found.note})
+        frames.append(validate_rows(sel.rows, load_model(bundled[name]), load_gpu(str(gpu)), found.efficiency)
+                      .assign(model=name))
+    points = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not len(points):
+        return SiliconFrontier(points, points, points, pd.DataFrame(defaults), skipped)
+    # One frontier per model and GPU (measured_frontier itself splits by ISL/OSL only).
+    front = pd.concat([measured_frontier(g) for _, g in points.groupby(["model", "gpu"], sort=True)],
+                      ignore_index=True)
+    usable = points[points["predicted"] & points["predicted_tps_per_gpu"].notna()].copy()
+    usable["predicted_tps_per_user"] = 1000 / usable["predicted_tpot_ms_p50"]
+    predicted = []
+    for _, group in usable.groupby(["model", "gpu", "isl", "osl"], sort=True):
+        keep = pareto_frontier(group["predicted_tps_per_user"].to_numpy(), group["predicted_tps_per_gpu"].to_numpy())
+        predicted.append(group.iloc[keep])
+    return SiliconFrontier(points, front, pd.concat(predicted, ignore_index=True), pd.DataFrame(defaults), skipped)
+
+
+def silicon_frontier_table(sf: SiliconFrontier) -> pd.DataFrame:
+    """The measured frontier's points, each with its prediction and the predicted/measured ratios."""
+    columns = ["run_on", "workload", "topology", "concurrency", "measured_tps_per_user", "tps_per_user_ratio",
+               "measured_tps_per_gpu", "predicted_tps_per_gpu", "tps_per_gpu_ratio"]
+    if not len(sf.frontier):
+        return empty_frame(columns)
+    f = _labelled(sf.frontier).sort_values(["run_on", "workload", "measured_tps_per_user"], kind="stable")
+    return f[columns].reset_index(drop=True)
+
+
+def _labelled(points: pd.DataFrame) -> pd.DataFrame:
+    """``run_on`` ("kimi-k2.5 on GB200") and ``workload`` ("1024/1024"): two short columns instead of four."""
+    return points.assign(run_on=points["model"] + " on " + points["gpu"].astype(str).str.upper(),
+                         workload=points["isl"].astype(int).astype(str) + "/" + points["osl"].astype(int).astype(str))
+
+
+def silicon_frontier_sentence(sf: SiliconFrontier) -> str:
+    if not sf.available:
+        return "The silicon file has no vLLM disaggregated row of a bundled model."
+    table = silicon_frontier_table(sf)
+    unpredicted = int((~sf.points["predicted"]).sum())
+    ratio = table["tps_per_gpu_ratio"].astype(float)
+    worst = table.loc[(ratio - 1).abs().idxmax()]
+    text = (f"Of {len(sf.points)} measured rows, {len(table)} are on a measured frontier (per model, GPU and "
+            "ISL/OSL); "
+            f"there the model's tokens/s per GPU is a median {ratio.median():.2f} times the measured, from "
+            f"{ratio.min():.2f} to {ratio.max():.2f}, furthest off at {worst['topology']}, concurrency "
+            f"{int(worst['concurrency']):,} ({worst['tps_per_gpu_ratio']:.2f}).")
+    no_gpu = int(sf.points["measured_tps_per_gpu"].isna().sum())
+    if no_gpu:
+        text += (f" {no_gpu} rows record no worker counts, hence no tokens/s per GPU, and draw no frontier point; "
+                 "they stay in the table of every row.")
+    if unpredicted:
+        text += f" {unpredicted} rows could not be predicted; they are listed with their reason."
+    return text
+
+
+def silicon_rows_table(sf: SiliconFrontier) -> pd.DataFrame:
+    """Every measured disaggregated row, frontier or not, with the model's ratios (unpredicted rows kept)."""
+    columns = ["run_on", "workload", "topology", "concurrency", "measured_tpot_ms_p50", "predicted_tpot_ms_p50",
+               "measured_ttft_ms_p50", "predicted_ttft_ms_p50"]
+    if not sf.available:
+        return empty_frame(columns)
+    if not sf.points["predicted"].all():
+        columns.append("reason")  # why a row has no prediction; it stays in the table
+    f = _labelled(sf.points).sort_values(["run_on", "workload", "concurrency"], kind="stable")
+    return f[columns].reset_index(drop=True)
+
+
+def silicon_defaults_sentence(sf: SiliconFrontier) -> str:
+    """Which factors predicted the rows, and what they were fitted on."""
+    if not len(sf.defaults):
+        return ""
+    parts = []
+    for r in sf.defaults.drop_duplicates("gpu").itertuples():
+        where = ("the article-tuned factors, fitted on none of these rows" if r.factors == "article" else
+                 "fitted on aiconfigurator's vLLM aggregated rows of that GPU, not on these disaggregated rows")
+        parts.append(f"{str(r.gpu).upper()}: {where}")
+    return "Default factors, uncalibrated: " + "; ".join(parts) + "."

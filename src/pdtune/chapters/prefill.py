@@ -126,8 +126,9 @@ def findings(sweep: Sweep, claims: Sequence[Claim], best: pd.DataFrame | None = 
     return pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
 
 
-def finding_sentence(row: pd.Series | dict[str, Any]) -> str:
-    """The article's claim and this sweep's answer in one sentence, for the prose."""
+def finding_sentence(row: pd.Series | dict[str, Any], *, modeled: bool = False) -> str:
+    """The article's claim and this sweep's answer in one sentence, for the prose. A ``modeled`` sweep is
+    what the performance model predicts, and the sentence says so: it is no check of the article."""
     get = row.get
     verdict = get("verdict")
     if verdict == "no data":
@@ -136,12 +137,15 @@ def finding_sentence(row: pd.Series | dict[str, Any]) -> str:
         return (f"The article: {get('article_claim')}. This sweep cannot say: {get('claimed')} or those "
                 f"concurrencies are not in it (best there: {get('computed_best')}).")
     phrase = {"agrees": "agrees", "partly": "agrees only in part", "disagrees": "disagrees"}[verdict]
+    if modeled:
+        return (f"The article: {get('article_claim')}. The model predicts {get('computed_best')}; "
+                f"the prediction {phrase} with the article ({get('wins')} concurrencies).")
     return (f"The article: {get('article_claim')}. This sweep: {get('computed_best')}; "
-            f"the data {phrase} ({get('wins')} concurrencies).")
+            f"the sweep {phrase} ({get('wins')} concurrencies).")
 
 
-def findings_sentences(table: pd.DataFrame) -> list[str]:
-    return [finding_sentence(r) for r in table.to_dict("records")]
+def findings_sentences(table: pd.DataFrame, *, modeled: bool = False) -> list[str]:
+    return [finding_sentence(r, modeled=modeled) for r in table.to_dict("records")]
 
 
 def prefill_capacity(sweep: Sweep) -> pd.DataFrame:
@@ -224,10 +228,15 @@ def data_note(sweep: Sweep, *, article_data: bool, figure: str = "figure 1") -> 
     if article_data:
         return (f"This is the article's sweep as pdtune models it: the article publishes its {figure} without "
                 "numbers, so `pdtune.perfmodel` predicted it (see `data/clusters/gb300-qwen3.8-modeled/"
-                "README.md`). Every chart says so; replace the folder with your own measurements and the chapter "
-                "reads them the same way.")
-    what = "modeled by pdtune's performance model, not measured" if sweep.modeled else "measured"
-    return f"The data is {what}: {sweep.sources}. Every chart says which."
+                "README.md`). That model's default factors were tuned on the article's two headline numbers and "
+                "its findings, so where the curves match the article they match by construction, not as a check. "
+                "Every chart says modeled; replace the folder with your own measurements and the chapter reads "
+                "them the same way.")
+    if sweep.modeled:
+        return (f"The data is modeled by pdtune's performance model, not measured: {sweep.sources}. The model's "
+                "default factors were tuned on the article's two headline numbers and findings (or fitted on public "
+                "measurements, per GPU: data/perfmodel/defaults.csv); every chart says modeled.")
+    return f"The data is measured: {sweep.sources}. Every chart says which."
 
 
 def findings_text(found: pd.DataFrame, *, article_data: bool, kind: str = "prefill") -> str:
@@ -235,7 +244,8 @@ def findings_text(found: pd.DataFrame, *, article_data: bool, kind: str = "prefi
     if not article_data:
         return (f"The article's findings are about its own {kind} sweep of Qwen3.8-2.4T on GB300; this "
                 f"scenario's data is not that sweep, so they are not compared with it.")
-    text = " ".join(findings_sentences(found))
+    # The article's sweep is modeled (its figures publish no numbers), so its findings meet a prediction.
+    text = " ".join(findings_sentences(found, modeled=True))
     if kind == "prefill" and (found["verdict"] != "agrees").any():
         text += (" Where a claim and the sweep disagree at the lowest concurrencies, the busy-share table above "
                  "says why: a single request runs fastest on the widest TP group, and the article does not "

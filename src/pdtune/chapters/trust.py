@@ -1,0 +1,435 @@
+"""Chapter 8, how far to trust a prediction: the performance model scored on real vLLM measurements.
+
+Every number here is read from the scorecard (:mod:`pdtune.scorecard`, ``data/perfmodel/validation/``, made by
+``python -m pdtune.scorecard``) and aiconfigurator 0.12.0's cached estimates of the same rows
+(``data/peers/aiconfigurator-0.12.0/``): the validation table per model x GPU, the errors by regime
+(:func:`pdtune.perfmodel.validation.error_table`), what calibration buys on held-out deployments
+(:func:`pdtune.perfmodel.heldout.heldout_summary`), both tools on the rows both predicted, and every row either
+could not predict. Chapters 5 and 6 draw the same rows against concurrency (:func:`sweep_cases`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pdtune.errors import InputError
+from pdtune.perfmodel.heldout import heldout_summary
+from pdtune.perfmodel.validation import error_table, model_key
+from pdtune.scorecard import COMMAND, load_scorecard, lomo_models, scored, with_peer
+
+SOURCE = "aiconfigurator's public silicon measurements (ai-dynamo/aiconfigurator, Apache-2.0)"
+PEER = "aiconfigurator 0.12.0"
+METRICS = ("ttft_ms_p50", "tpot_ms_p50")
+#: Architecture of the scored models: the MoE ones route each token through a few experts.
+MOE = {"gpt-oss-120b": True, "minimax-m2.5": True, "kimi-k2.5": True, "qwen3-235b-a22b-fp8": True,
+       "llama-3.1-70b": False, "qwen3-32b": False}
+
+
+def _pct(x: Any) -> float:
+    return float("nan") if x is None else float(x)
+
+
+@dataclass(frozen=True, eq=False)
+class Scorecard:
+    """The shipped table, its LOMO and calibrated views, and aiconfigurator's estimates beside it."""
+
+    rows: pd.DataFrame  # load_scorecard with the peer columns
+
+    @property
+    def lomo(self) -> pd.DataFrame:
+        return scored(self.rows, "lomo")
+
+    @property
+    def calibrated(self) -> pd.DataFrame:
+        return scored(self.rows, "calibrated")
+
+
+def scorecard() -> Scorecard:
+    return Scorecard(with_peer(load_scorecard()))
+
+
+def _stats(errors: pd.Series) -> tuple[float, float]:
+    values = np.abs(errors.dropna().to_numpy(dtype=float)) * 100
+    if not len(values):
+        return math.nan, math.nan
+    return float(np.median(values)), float(np.percentile(values, 90))
+
+
+def validation_table(card: Scorecard) -> pd.DataFrame:
+    """Per model x GPU and over all rows: rows, predicted, median and p90 |error| (%) of TTFT and TPOT with
+    the leave-one-model-out defaults (uncalibrated)."""
+    table = error_table(card.lomo, ["model_key", "gpu_name"])
+    overall = error_table(card.lomo.assign(model_key="all", gpu_name="all"), ["model_key", "gpu_name"])
+    out = pd.concat([table, overall], ignore_index=True)
+    out = out.rename(columns={"model_key": "model", "gpu_name": "gpu"})
+    keep = ["model", "gpu", "rows", "predicted"] + [f"{m}_{s}" for m in METRICS for s in ("median", "p90")]
+    return out[keep].rename(columns=_PCT_NAMES)
+
+
+_PCT_NAMES = {f"{m}_{s}": f"{m.split('_')[0]}_{s}_error_pct" for m in METRICS for s in ("median", "p90")}
+_PCT_NAMES |= {"tps_per_gpu_median": "tps_per_gpu_median_error_pct"}
+
+
+def headline(card: Scorecard) -> dict[str, float]:
+    """Overall median and p90 |error| (%), uncalibrated and calibrated, and the row counts."""
+    lomo, cal = card.lomo, card.calibrated
+    out: dict[str, float] = {"rows": len(card.rows), "predicted": int(lomo["predicted"].sum()),
+                             "unpredicted": int((~lomo["predicted"]).sum()),
+                             "calibrated": int(cal["predicted"].sum())}
+    for kind, frame in (("lomo", lomo), ("calibrated", cal)):
+        for m in METRICS:
+            med, p90 = _stats(frame.loc[frame["predicted"], f"{m}_error"])
+            out[f"{kind}-{m.split('_')[0]}-median"], out[f"{kind}-{m.split('_')[0]}-p90"] = med, p90
+    out["models"] = card.rows["model_key"].nunique()
+    out["pairs"] = len(card.rows.groupby(["model_key", "gpu_name"]))
+    return out
+
+
+def worked_row(card: Scorecard) -> dict[str, Any]:
+    """One row for the worked number: Llama-3.1-70B on H200 at TP4, concurrency 32 when it is there, else the
+    first predicted row."""
+    lomo = card.lomo[card.lomo["predicted"]]
+    pick = lomo[(lomo["model_key"] == "llama-3.1-70b") & (lomo["gpu_name"] == "h200") & (lomo["topology"] == "TP4")
+                & (lomo["concurrency"] == 32)]
+    row = (pick if len(pick) else lomo).iloc[0]
+    return {"model": row["model_key"], "gpu": row["gpu_name"], "topology": row["topology"],
+            "concurrency": int(row["concurrency"]), "isl": int(row["isl"]), "osl": int(row["osl"]),
+            "measured": float(row["measured_tpot_ms_p50"]), "predicted": float(row["predicted_tpot_ms_p50"]),
+            "error_pct": float(row["tpot_ms_p50_error"]) * 100}
+
+
+def row_of(card: Scorecard, worked: dict[str, Any]) -> pd.Series:
+    """The scorecard row of :func:`worked_row` (its deployment, concurrency and workload)."""
+    r = card.rows
+    keep = ((r["model_key"] == worked["model"]) & (r["gpu_name"] == worked["gpu"])
+            & (r["topology"] == worked["topology"]) & (r["concurrency"] == worked["concurrency"])
+            & (r["isl"] == worked["isl"]) & (r["osl"] == worked["osl"]))
+    return r[keep].iloc[0]
+
+
+# ----------------------------------------------------------------------------------------------- regimes
+
+
+def _tp(topology: object) -> int:
+    from pdtune.topology import parse_topology
+
+    try:
+        return parse_topology(str(topology)).tp
+    except InputError:
+        return 0  # a layout the grammar cannot read is its own group
+
+
+def concurrency_band(concurrency: int) -> str:
+    """The concurrency regime a row belongs to: 1-4, 8-32, 64-256, 512 and more."""
+    for hi, name in ((4, "1-4"), (32, "8-32"), (256, "64-256")):
+        if concurrency <= hi:
+            return name
+    return "512 and more"
+
+
+REGIMES = {
+    "concurrency": "concurrent requests",
+    "workload": "ISL/OSL",
+    "tp": "tensor-parallel size",
+    "architecture": "dense or MoE",
+    "gpu_name": "GPU",
+}
+
+
+def regime_frame(card: Scorecard) -> pd.DataFrame:
+    lomo = card.lomo.copy()
+    lomo["concurrency_band"] = lomo["concurrency"].map(concurrency_band)
+    lomo["workload"] = lomo["isl"].astype(int).astype(str) + "/" + lomo["osl"].astype(int).astype(str)
+    lomo["tp"] = lomo["topology"].map(_tp)
+    lomo["architecture"] = lomo["model_key"].map(lambda m: "MoE" if MOE.get(m) else "dense")
+    return lomo
+
+
+def regime_table(card: Scorecard, regime: str) -> pd.DataFrame:
+    """:func:`~pdtune.perfmodel.validation.error_table` over one regime: rows, predicted, median and p90 |error|."""
+    frame = regime_frame(card)
+    by = "concurrency_band" if regime == "concurrency" else regime
+    table = error_table(frame, [by])
+    bias = frame[frame["predicted"]].groupby(by)["tpot_ms_p50_error"].median() * 100
+    table["tpot_median_signed_error_pct"] = table[by].map(bias)
+    if regime == "concurrency":
+        order = {"1-4": 0, "8-32": 1, "64-256": 2, "512 and more": 3}
+        table = table.sort_values(by, key=lambda s: s.map(order)).reset_index(drop=True)
+    keep = [by, "rows", "predicted"] + [f"{m}_{s}" for m in METRICS for s in ("median", "p90")]
+    keep.append("tpot_median_signed_error_pct")
+    return table[keep].rename(columns=_PCT_NAMES | {"concurrency_band": "concurrency", "gpu_name": "gpu"})
+
+
+def worst_sentence(table: pd.DataFrame, what: str) -> str:
+    """Where in one regime table the model misses most and least on TPOT and TTFT (median |error|)."""
+    key = table.columns[0]
+    rows = table.dropna(subset=["tpot_median_error_pct"])
+    if len(rows) < 2:
+        return f"The rows do not span more than one {what}."
+    worst = rows.loc[rows["tpot_median_error_pct"].idxmax()]
+    best = rows.loc[rows["tpot_median_error_pct"].idxmin()]
+    ttft = rows.loc[rows["ttft_median_error_pct"].idxmax()]
+    side = "too slow" if worst["tpot_median_signed_error_pct"] > 0 else "too fast"
+    return (f"By {what}, TPOT is furthest off at {_key(worst[key])} ({worst['tpot_median_error_pct']:.0f} % median, "
+            f"the model mostly {side} there) and closest at {_key(best[key])} ({best['tpot_median_error_pct']:.0f} %); "
+            f"TTFT is furthest off at {_key(ttft[key])} ({ttft['ttft_median_error_pct']:.0f} %).")
+
+
+def _key(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value)}"
+    return str(value)
+
+
+def largest_miss_sentence(card: Scorecard) -> str:
+    """The model x GPU with the largest uncalibrated TTFT error, what its defaults were fitted on, and what
+    calibration on its own other deployments makes of it."""
+    table = calibration_table(card)
+    table = table[table["model"] != "all"].dropna(subset=["uncalibrated_ttft_median_error_pct"])
+    r = table.loc[table["uncalibrated_ttft_median_error_pct"].idxmax()]
+    fits = lomo_models()
+    fit = fits[(fits["model_key"] == r["model"]) & (fits["gpu_name"] == r["gpu"])]
+    others = str(fit["fitted_on"].iloc[0]).split() if len(fit) else []
+    kinds = {"MoE" if MOE.get(m, True) else "dense" for m in others}
+    what = f"{len(others)} {'MoE' if kinds == {'MoE'} else 'other'} models" if others else "no other model"
+    text = (f"The largest TTFT miss is {r['model']} on {str(r['gpu']).upper()}: "
+            f"{r['uncalibrated_ttft_median_error_pct']:.0f} % (median) uncalibrated, its defaults fitted on "
+            f"{what} ({', '.join(others)}).")
+    cal = r["calibrated_ttft_median_error_pct"]
+    if isinstance(cal, float) and not math.isnan(cal):
+        text += (f" Calibrated on its own other deployments it is {cal:.0f} % off: the miss is in the fitted factors, "
+                 "which calibration moves, not in the structure of the model.")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+
+
+def calibration_table(card: Scorecard) -> pd.DataFrame:
+    """:func:`~pdtune.perfmodel.heldout.heldout_summary`: uncalibrated beside calibrated, per model x GPU."""
+    summary = heldout_summary(card.rows)
+    names = {"model_key": "model", "gpu_name": "gpu"}
+    for kind, word in (("lomo", "uncalibrated"), ("calibrated", "calibrated")):
+        for m in METRICS:
+            for s in ("median", "p90"):
+                names[f"{kind}_{m}_{s}"] = f"{word}_{m.split('_')[0]}_{s}_error_pct"
+    summary = summary.rename(columns=names)
+    held = card.rows.groupby(["model_key", "gpu_name"])["calibrated_tpot_ms_p50"].apply(lambda s: int(s.notna().sum()))
+    summary["calibrated_rows"] = [int(held.get((m, g), 0)) if m != "all" else int(held.sum())
+                                  for m, g in zip(summary["model"], summary["gpu"], strict=True)]
+    keep = ["model", "gpu", "rows", "calibrated_rows"] + [
+        f"{w}_{m.split('_')[0]}_median_error_pct" for m in METRICS for w in ("uncalibrated", "calibrated")]
+    return summary[keep]
+
+
+def calibration_sentence(card: Scorecard) -> str:
+    h = headline(card)
+    gained = [(r["model"], r["gpu"]) for _, r in calibration_table(card).iterrows() if r["model"] != "all"
+              and r["calibrated_tpot_median_error_pct"] < r["uncalibrated_tpot_median_error_pct"]]
+    pairs = h["pairs"]
+    return (f"Calibrated on the other deployments of the same model and GPU, the held-out median |error| is "
+            f"{h['calibrated-tpot-median']:.1f} % on TPOT and {h['calibrated-ttft-median']:.1f} % on TTFT, against "
+            f"{h['lomo-tpot-median']:.1f} % and {h['lomo-ttft-median']:.1f} % uncalibrated; calibration lowers "
+            f"the TPOT error for {len(gained)} of the {pairs} model x GPU pairs.")
+
+
+def uncalibrated_reasons(card: Scorecard) -> pd.DataFrame:
+    """Rows a calibrated prediction does not exist for, and why (counted, never dropped)."""
+    rows = card.rows[card.rows["predicted"] & card.rows["calibrated_tpot_ms_p50"].isna()]
+    if not len(rows):
+        return pd.DataFrame(columns=["model", "gpu", "rows", "reason"])
+    out = rows.groupby(["model_key", "gpu_name", rows["calibrated_reason"].fillna("the fit did not predict it")]
+                       ).size().reset_index(name="rows")
+    return out.rename(columns={"model_key": "model", "gpu_name": "gpu", "calibrated_reason": "reason"})[
+        ["model", "gpu", "rows", "reason"]]
+
+
+# ------------------------------------------------------------------------------------------- aiconfigurator
+
+
+def both_mask(card: Scorecard) -> pd.Series:
+    r = card.rows
+    return r["predicted"] & r["calibrated_tpot_ms_p50"].notna() & (r["aic_status"] == "ok")
+
+
+def peer_table(card: Scorecard, metric: str | None = None) -> pd.DataFrame:
+    """Per model x GPU and overall, on the rows both tools predicted: median |error| (%) of pdtune uncalibrated,
+    pdtune calibrated (held out) and aiconfigurator 0.12.0, for TTFT and TPOT (or only ``metric``, with the
+    three columns named for the tools)."""
+    r = card.rows.assign(both=both_mask(card))
+    groups = [*r.groupby(["model_key", "gpu_name"], sort=True), (("all", "all"), r)]
+    out = []
+    for (model, gpu), frame in groups:
+        sel = frame[frame["both"]]
+        rec: dict[str, Any] = {"model": model, "gpu": gpu, "rows": len(frame), "both_predicted": len(sel)}
+        for m in METRICS if metric is None else (metric,):
+            short = "" if metric else "_" + m.split("_")[0]
+            for kind, word in (("lomo", "pdtune_uncalibrated"), ("calibrated", "pdtune_calibrated"),
+                               ("aic", "aiconfigurator")):
+                rec[f"{word}{short}_median_error_pct"] = _stats(sel[f"{kind}_{m}_error"])[0]
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def peer_numbers(card: Scorecard) -> dict[str, float]:
+    both = card.rows[both_mask(card)]
+    out: dict[str, float] = {"both": len(both), "aic-failed": int((card.rows["aic_status"] != "ok").sum())}
+    for m in METRICS:
+        short = m.split("_")[0]
+        for kind in ("lomo", "calibrated", "aic"):
+            out[f"{kind}-{short}-median"], out[f"{kind}-{short}-p90"] = _stats(both[f"{kind}_{m}_error"])
+    return out
+
+
+def peer_sentence(card: Scorecard) -> str:
+    n = peer_numbers(card)
+    verdicts = []
+    for short, word in (("tpot", "TPOT"), ("ttft", "TTFT")):
+        ours, theirs = n[f"calibrated-{short}-median"], n[f"aic-{short}-median"]
+        verdicts.append(f"on {word} pdtune calibrated is {'at or below' if ours <= theirs else 'above'} "
+                        f"{PEER} ({ours:.1f} % against {theirs:.1f} %)")
+    return (f"On the {int(n['both']):,} rows both tools predicted, " + "; ".join(verdicts) + ". Uncalibrated, "
+            f"pdtune is {n['lomo-tpot-median']:.1f} % off on TPOT and {n['lomo-ttft-median']:.1f} % on TTFT.")
+
+
+def unpredicted_table(card: Scorecard) -> pd.DataFrame:
+    """Every row a tool could not predict, per tool, model, GPU and reason: counted, kept in every table."""
+    r = card.rows
+    ours = r[~r["predicted"]]
+    rows = [{"tool": "pdtune", "model": m, "gpu": g, "reason": str(reason), "rows": int(n)}
+            for (m, g, reason), n in ours.groupby(["model_key", "gpu_name", ours["reason"].fillna("?")]).size().items()]
+    theirs = r[r["aic_status"] != "ok"]
+    text = theirs["aic_error_text"].fillna(theirs["aic_status"]).astype(str).map(_short_error)
+    rows += [{"tool": PEER, "model": m, "gpu": g, "reason": reason, "rows": int(n)}
+             for (m, g, reason), n in theirs.groupby(["model_key", "gpu_name", text]).size().items()]
+    return pd.DataFrame(rows, columns=["tool", "model", "gpu", "reason", "rows"])
+
+
+def _short_error(text: str) -> str:
+    import re
+
+    line = text.strip().splitlines()[0] if text.strip() else "no estimate"
+    line = re.sub(r"'/[^']*/([^'/]+)'", r"'\1'", line)  # the machine's paths say nothing about the row
+    return line if len(line) <= 100 else line[:97] + "..."
+
+
+def unpredicted_sentence(card: Scorecard) -> str:
+    r = card.rows
+    ours, theirs = int((~r["predicted"]).sum()), int((r["aic_status"] != "ok").sum())
+    neither = int(((~r["predicted"]) & (r["aic_status"] != "ok")).sum())
+    return (f"Of the {len(r):,} rows, pdtune could not predict {ours} and {PEER} {theirs} ({neither} neither); "
+            "they stay in the row counts of every table above and are scored by neither median.")
+
+
+# ---------------------------------------------------------------------------------------------- your model
+
+
+def table_if_any(frame: pd.DataFrame) -> Any:
+    """The frame styled for the page, or nothing at all when it is empty (the prose already says why)."""
+    from pdtune.chapters.display import styled
+
+    return styled(frame, precision=1) if len(frame) else None
+
+
+def your_model(card: Scorecard, model: str, gpu: str) -> tuple[str, pd.DataFrame]:
+    """A sentence on whether the measurements cover this parameter set's model (and GPU), and its errors there."""
+    key = model_key(model)
+    mine = card.lomo[card.lomo["model_key"] == key]
+    if not len(mine):
+        return (f"The measurements have no vLLM rows of {model}, so no prediction this book makes for it has been "
+                f"checked against a measurement; the errors above, on {card.rows['model_key'].nunique()} other "
+                "models, are the best guide to how far off it may be.", pd.DataFrame())
+    table = validation_table(Scorecard(card.rows[card.rows["model_key"] == key]))
+    table = table[table["model"] != "all"]
+    on_gpu = table[table["gpu"] == gpu.lower()]
+    if len(on_gpu):
+        r = on_gpu.iloc[0]
+        text = (f"The measurements cover {model} on {gpu.upper()}: {int(r['rows'])} rows, predicted uncalibrated "
+                f"with a median |error| of {r['tpot_median_error_pct']:.1f} % on TPOT and "
+                f"{r['ttft_median_error_pct']:.1f} % on TTFT.")
+    else:
+        text = (f"The measurements cover {model} on {', '.join(g.upper() for g in table['gpu'])}, not on "
+                f"{gpu.upper()}; the table shows how far off the model is on those.")
+    return text, table
+
+
+# -------------------------------------------------------------------------------- chapters 5 and 6: sweeps
+
+
+def sweep_cases(card: Scorecard | None = None) -> pd.DataFrame:
+    """Every scored row as a point of a measured sweep (one case per model, GPU and ISL/OSL), with the
+    uncalibrated prediction beside it: what chapters 5 and 6 draw against concurrency."""
+    card = card or scorecard()
+    r = card.rows
+    out = pd.DataFrame({
+        "case": r["model_key"] + " on " + r["gpu_name"].str.upper() + ", ISL/OSL " + r["isl"].astype(int).astype(str)
+        + "/" + r["osl"].astype(int).astype(str),
+        "model": r["model_key"], "gpu": r["gpu_name"], "topology": r["topology"].astype(str),
+        "gpus_total": r["gpus_total"].astype(int), "concurrency": r["concurrency"].astype(int),
+        "measured_ttft_ms_p50": r["measured_ttft_ms_p50"], "modeled_ttft_ms_p50": r["lomo_ttft_ms_p50"],
+        "measured_tpot_ms_p50": r["measured_tpot_ms_p50"], "modeled_tpot_ms_p50": r["lomo_tpot_ms_p50"],
+        "source_id": r["source_id"],
+    })
+    # Repeated rows (the same run exported twice) draw one point.
+    out = out.drop_duplicates(subset=["case", "topology", "concurrency", "measured_tpot_ms_p50"])
+    return out.sort_values(["case", "gpus_total", "topology", "concurrency"], kind="stable").reset_index(drop=True)
+
+
+def default_case(cases: pd.DataFrame, model: str, gpu: str) -> tuple[str, bool]:
+    """The case a chart opens on: this parameter set's model and GPU when measured (True), else a reference."""
+    key, g = model_key(model), gpu.strip().lower()
+    for want in ((cases["model"] == key) & (cases["gpu"] == g), cases["model"] == key):
+        mine = cases[want]
+        if len(mine):
+            return str(mine["case"].value_counts().index[0]), True
+    ref = cases[(cases["model"] == "llama-3.1-70b") & (cases["gpu"] == "h200")]
+    return str((ref if len(ref) else cases)["case"].value_counts().index[0]), False
+
+
+def sweep_note(cases: pd.DataFrame, model: str, gpu: str, what: str) -> str:
+    """One sentence: whether real measurements of this set's model exist, and which case the chart opens on."""
+    case, own = default_case(cases, model, gpu)
+    models = cases["model"].nunique()
+    if own:
+        return (f"Real vLLM measurements of this model exist: the chart opens on {case} and draws the measured "
+                f"{what} (points) beside what the performance model predicts (dashed lines).")
+    return (f"There are no real vLLM measurements of {model}; the chart opens on {case}, one of the {models} "
+            f"models aiconfigurator measured, and draws the measured {what} (points) beside what the performance "
+            "model predicts for it (dashed lines).")
+
+
+def sweep_error(cases: pd.DataFrame, case: str, metric: str) -> str:
+    """The model's median |error| on ``metric`` over one case, as the prose quotes it."""
+    sel = cases[cases["case"] == case]
+    err = (sel[f"modeled_{metric}"] / sel[f"measured_{metric}"] - 1).abs().dropna() * 100
+    if not len(err):
+        return "The model predicts none of these rows."
+    return (f"Over the {len(sel)} points of {case} the model's median |error| is {float(err.median()):.0f} % "
+            f"(90th percentile {float(np.percentile(err, 90)):.0f} %).")
+
+
+def fitted_on(gpu: str) -> str:
+    """Which models the leave-one-model-out defaults for ``gpu`` were fitted on (a sentence fragment)."""
+    table = lomo_models()
+    mine = table[table["gpu_name"] == gpu]
+    return "; ".join(f"{r.model_key}: {r.fitted_on}" for r in mine.itertuples())
+
+
+def peer_source() -> str:
+    """Where aiconfigurator's cached estimates live, relative to the repository."""
+    from pdtune.paths import REPO_ROOT
+    from pdtune.scorecard import peer_file
+
+    try:
+        return peer_file().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(peer_file())
+
+
+def source_sentence() -> str:
+    return f"the scorecard in `data/perfmodel/validation/heldout.csv`, written by `{COMMAND}`"

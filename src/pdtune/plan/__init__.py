@@ -1,0 +1,66 @@
+"""What to deploy on N GPUs for an SLA: the search over topologies and xPyD, with KV transfer in TTFT.
+
+The article's workflow, run before anything is measured:
+
+1. **Candidates.** Every engine layout the model admits on each pool's GPU, up to the budget: TP (and DP with
+   expert parallelism for MoE models; dense models scale by more engines instead) in powers of two, with and
+   without MTP on the decode side when the model has an MTP module. A layout is rejected, with the reason
+   kept, when heads or experts do not divide or when weights and one request's KV do not fit the memory
+   waterfall (:func:`pdtune.perfmodel.build_engine`). A TP/EP group larger than one NVLink domain (an 8-GPU
+   HGX board) stays a candidate, its collectives charged at the scale-out NIC's bandwidth by the performance
+   model (:meth:`pdtune.gpus.GpuSpec.link_bandwidth`), and every row built on it says so
+   (``network_charged``).
+2. **Isolated sweeps.** Each candidate's prefill-only sweep (ISL/2, the article's 8192/2) and decode-only
+   sweep at the plan's ISL/OSL, **modeled** by :mod:`pdtune.perfmodel` with each pool's factors (the
+   ``--calibration`` file naming its GPU, else the GPU's defaults: :func:`pool_factors`; a draft model and
+   DCP size the engines' KV room through :mod:`pdtune.state`), or the user's **measured** sweeps
+   (``prefill_results`` / ``decode_results``, any format :func:`pdtune.results.load_results` reads). Decode
+   points beyond the engine's KV room at ISL + OSL are dropped (the KV-room check of chapter 7; a decode sweep
+   run at a short ISL holds far more requests than the same engine can at the plan's workload). Points and
+   sweeps that cannot reach a frontier are pruned (see :func:`_pareto_points`, :func:`_prune_sweeps`).
+3. **Rate matching within the budget.** :func:`pdtune.frontier.rate_match` combines every prefill sweep with
+   every decode sweep as ``x`` prefill and ``y`` decode engines, and only ``x * g_p + y * g_d <= N`` is kept.
+4. **KV transfer.** Each row's TTFT gains the time to move one request's state from the prefill layout to the
+   decode layout over the link between the pools (:mod:`pdtune.transfer`, the rule ``pdtune predict`` and the
+   dataset generator charge too, at the lower of the two pools' ``link`` factors): ``kv_transfer_ms`` and its
+   share of TTFT are columns of every row. A row whose KV stream would need more than the busiest GPU's link
+   is dropped and counted.
+5. **Frontier and picks.** The upper envelope of the rows (:func:`pdtune.frontier.upper_envelope`) with its
+   provenance, and for each SLA the most tokens/s per GPU that meets it (:func:`pdtune.frontier.sla_pick` on
+   the rows that meet the latency limits). A TPOT p90 limit is checked against each row's ``tpot_ms_p90``:
+   a measured decode sweep's p99 where it has one, else the TPOT times a stated factor (:class:`TpotP90`);
+   ``tpot_p90_basis`` says which.
+
+Every modeled number is labelled so (``modeled``, ``prefill_source``, ``decode_source``). GPU counts,
+workers and concurrencies are integers: a row's ``concurrency`` is Little's law rounded to whole requests,
+what a benchmark's ``--max-concurrency`` would be set to.
+"""
+
+
+from pdtune.plan.files import load_plan
+from pdtune.plan.inputs import (
+    DEFAULT_FLOORS,
+    GRID,
+    PLAN_VLLM,
+    ROW_COLUMNS,
+    PlanSettings,
+    Sla,
+    TpotP90,
+    sla_list,
+    tpot_p90_rule,
+)
+from pdtune.plan.pools import (
+    Candidate,
+    Factors,
+    Rejected,
+    candidate_topologies,
+    pool_factors,
+    spans_nvlink_domain,
+)
+from pdtune.plan.search import Pick, Plan, picks_sentence, plan
+
+__all__ = [
+    "DEFAULT_FLOORS", "GRID", "PLAN_VLLM", "ROW_COLUMNS", "Candidate", "Factors", "Pick", "Plan", "PlanSettings",
+    "Rejected", "Sla", "TpotP90", "candidate_topologies", "load_plan", "picks_sentence", "plan", "pool_factors",
+    "sla_list", "spans_nvlink_domain", "tpot_p90_rule",
+]

@@ -1,0 +1,553 @@
+"""The search: rate matching within the budget, KV room and KV transfer per row, the frontier, the picks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pdtune.errors import InputError
+from pdtune.frontier import rate_match, sla_pick, upper_envelope
+from pdtune.gpus import GpuSpec, load_gpu
+from pdtune.model import ModelSpec, load_model
+from pdtune.perfmodel import build_engine
+from pdtune.plan.inputs import DEFAULT_FLOORS, PlanSettings, ROW_COLUMNS, Sla, TpotP90, tpot_p90_rule
+from pdtune.plan.pools import (
+    Candidate,
+    Factors,
+    Rejected,
+    _Pool,
+    _measured_pool,
+    _modeled_pool,
+    _prune_sweeps,
+    candidate_topologies,
+    pool_factors,
+)
+from pdtune.state import plan_state
+from pdtune.topology import Topology, parse_topology
+from pdtune.transfer import NVLINK, SCALE_OUT, EngineExtras, Transfer, load_link, request_transfer, scope_link
+from pdtune.units import MiB
+
+
+# ------------------------------------------------------------------------------------------ the plan
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The best row for one SLA, or how close the rows get."""
+
+    sla: Sla
+    met: bool
+    row: int | None  # row number in :attr:`Plan.table` (None when nothing meets it)
+    closest_row: int | None  # when not met: the row with the smallest shortfall
+    shortfall: float | None  # relative miss of the closest row (0.1 = 10 % short)
+    candidates: int  # rows meeting the SLA
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sla": self.sla.to_dict(), "describe": self.sla.describe(), "met": self.met, "row": self.row,
+                "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates}
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A finished search: candidates, every feasible rate-matched row, the frontier, the picks."""
+
+    settings: PlanSettings
+    spec: ModelSpec
+    prefill_gpu: GpuSpec
+    decode_gpu: GpuSpec
+    candidates: tuple[Candidate, ...]
+    rejected: tuple[Rejected, ...]
+    pruned: tuple[str, ...]
+    rows: pd.DataFrame  # every feasible row (see ROW_COLUMNS)
+    table: pd.DataFrame  # frontier rows and pick rows, numbered by ``row``
+    picks: tuple[Pick, ...]
+    counts: dict[str, int]
+    transfers: dict[str, dict[str, Any]]  # per prefill -> decode layout pair and link: the transfer
+    factors: dict[str, Factors] = field(default_factory=dict)  # per pool: the model's factors and their source
+    tpot_p90: TpotP90 | None = None  # how modeled rows' TPOT p90 is obtained
+
+    @property
+    def frontier(self) -> pd.DataFrame:
+        return self.table[self.table["on_frontier"]]
+
+    @property
+    def modeled(self) -> bool:
+        return bool(self.table["modeled"].any()) if len(self.table) else True
+
+    def row(self, k: int) -> dict[str, Any]:
+        """Plan row ``k`` as plain Python values."""
+        hit = self.table[self.table["row"] == k]
+        if not len(hit):
+            raise InputError("--row", "row", f"no row {k}; the plan has rows 0 to {len(self.table) - 1}")
+        return _plain_row(hit.iloc[0])
+
+    def ends(self) -> dict[str, Any]:
+        """The frontier's two ends: the most tokens/s per GPU, the most tokens/s per user."""
+        f = self.frontier
+        if not len(f):
+            return {}
+        top = f.loc[f["tps_per_gpu"].idxmax()]
+        fast = f.loc[f["tps_per_user"].idxmax()]
+        return {"throughput": _plain_row(top), "latency": _plain_row(fast)}
+
+    def search_summary(self) -> pd.DataFrame:
+        """Per role: layouts tried, kept as candidates, rejected (heads, experts, memory, budget) and pruned."""
+        rows = []
+        for role in ("prefill", "decode"):
+            rows.append({
+                "role": role,
+                "gpu": (self.prefill_gpu if role == "prefill" else self.decode_gpu).name,
+                "candidates": sum(1 for c in self.candidates if c.role == role),
+                "rejected": sum(1 for r in self.rejected if r.role == role),
+                "pruned": sum(1 for p in self.pruned if p.startswith(role + " ")),
+                "network_charged": sum(1 for c in self.candidates if c.role == role and c.network_charged),
+                "source": ", ".join(sorted({c.source.split(":")[0] for c in self.candidates if c.role == role})),
+            })
+        return pd.DataFrame(rows)
+
+    def transfer_frame(self) -> pd.DataFrame:
+        """One row per prefill -> decode layout pair and link of the table: bytes, link, time, share of TTFT."""
+        cols = ["prefill_topology", "decode_topology", "mtp_tokens", "kv_link", "kv_mib_per_request",
+                "kv_transfer_ms", "prefill_block_tokens", "decode_block_tokens", "block_size_to_set"]
+        frame = self.table[cols + ["kv_transfer_share"]]
+        return (frame.groupby(cols, dropna=False, sort=False)["kv_transfer_share"]
+                .agg(["min", "max"]).rename(columns={"min": "share_of_ttft_min", "max": "share_of_ttft_max"})
+                .reset_index())
+
+    def state_extras(self) -> dict[str, Any] | None:
+        """What ``--speculative-model`` and ``--decode-context-parallel-size`` changed, in words and values."""
+        s = self.settings
+        if s.speculative_model is None and s.decode_context_parallel_size == 1:
+            return None
+        extras = s.extras()
+        draft = extras.speculative_model
+        method = None
+        if draft is not None:  # the method vLLM infers from the draft's architecture (pdtune.state's rule)
+            state = plan_state(self.spec, max_model_len=s.isl + s.osl, tp=s.decode_context_parallel_size,
+                               kv_cache_dtype=s.kv_cache_dtype, vllm=s.vllm, **extras.state_args(decode=True))
+            method = state.speculation.method if state.speculation is not None else None
+        return {
+            "speculative_model": draft.name if draft is not None else None,
+            "speculative_model_path": s.speculative_model,
+            "speculative_method": method,
+            "num_speculative_tokens": s.num_speculative_tokens,
+            "decode_context_parallel_size": s.decode_context_parallel_size,
+            "affects": ("the KV room of every engine (the draft's layers, on both pools) and of the decode engines "
+                        "(DCP shards full-attention tokens over their TP group), the KV transfer's bytes and "
+                        "block sizes, and the recipes (speculative-config, decode-context-parallel-size); not "
+                        "the step model: the draft's passes and acceptance and DCP's attention all-gather are "
+                        "not in the predicted TPOT, and MTP decode candidates are off while a draft is given"),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        extras = self.state_extras()
+        settings = self.settings.to_dict()
+        if extras is not None and extras["speculative_method"]:
+            settings["speculative_method"] = extras["speculative_method"]  # what the recipes write
+        return {
+            "generator": "pdtune plan",
+            "modeled": self.modeled,
+            "modeled_note": ("rows built on modeled sweeps are predictions of pdtune.perfmodel (a roofline "
+                             "model), not measurements") if self.modeled else "",
+            "settings": settings,
+            "model": {"name": self.spec.name, "source": self.spec.source, "precision": self.spec.weights.name,
+                      "hybrid": self.spec.is_hybrid, "num_mtp_layers": self.spec.num_mtp_layers},
+            "gpus": {"prefill": self.prefill_gpu.to_dict(), "decode": self.decode_gpu.to_dict()},
+            "factors": {role: f.to_dict() for role, f in self.factors.items()},
+            "tpot_p90": self.tpot_p90.to_dict() if self.tpot_p90 is not None else None,
+            "state_extras": extras,
+            "counts": self.counts,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected": [r.to_dict() for r in self.rejected],
+            "pruned": list(self.pruned),
+            "transfers": self.transfers,
+            "rows": [_plain_row(r) for _, r in self.table.iterrows()],
+            "picks": [p.to_dict() for p in self.picks],
+        }
+
+
+def _plain_row(row: pd.Series) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, (np.integer,)):
+            value = int(value)
+        elif isinstance(value, (np.floating, float)):
+            value = None if not math.isfinite(float(value)) else float(value)
+        elif isinstance(value, np.bool_):
+            value = bool(value)
+        elif value is pd.NA:
+            value = None
+        out[str(key)] = value
+    return out
+
+
+def plan(
+    settings: PlanSettings,
+    slas: Sequence[Sla] = (),
+    *,
+    prefill_results: Sequence[str] | None = None,
+    decode_results: Sequence[str] | None = None,
+    require_sla: bool = False,
+) -> Plan:
+    """Search ``settings``'s space and pick for each SLA (``DEFAULT_FLOORS`` when none is given).
+
+    ``require_sla``: an SLA nothing meets is bad input (the CLI's behaviour when the user names one), with the
+    closest row in the message; otherwise it is a pick with ``met=False``.
+    """
+    s = settings
+    spec = load_model(s.model)
+    prefill_gpu = load_gpu(s.gpu)
+    decode_gpu = load_gpu(s.decode_gpu_name)
+    for g in {prefill_gpu.name, decode_gpu.name}:
+        load_link(g, "scale_out")  # a GPU without link data is bad input before any work
+    factors = pool_factors(s, prefill_gpu, decode_gpu)
+    s.extras()  # an unreadable --speculative-model is bad input before any work
+    p90 = tpot_p90_rule(s.tpot_p90_factor)
+    pools = {}
+    for role, gpu, given in (("prefill", prefill_gpu, prefill_results), ("decode", decode_gpu, decode_results)):
+        pools[role] = (_measured_pool(given, spec, gpu, role, s) if given
+                       else _modeled_pool(spec, gpu, role, s, factors[role].efficiency))
+    ttft_limited = any(sla.max_ttft_ms is not None for sla in slas)
+    _prune_sweeps(pools["prefill"], "prefill", s.osl)
+    if not ttft_limited:
+        # Decode pruning can drop a slower sweep whose lower rate would let a lighter prefill point meet a TTFT
+        # limit; with a TTFT limit every decode sweep stays.
+        _prune_sweeps(pools["decode"], "decode", s.osl)
+    _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
+    rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
+    table, picks = _picks(rows, floors, require_sla=require_sla and bool(slas))
+    counts.update({
+        "prefill_candidates": len(pools["prefill"].candidates),
+        "decode_candidates": len(pools["decode"].candidates),
+        "rejected": len(pools["prefill"].rejected) + len(pools["decode"].rejected),
+        "pruned": len(pools["prefill"].pruned) + len(pools["decode"].pruned),
+        "decode_points_above_kv_room": pools["decode"].dropped_above_room,
+        "feasible_rows": len(rows),
+        "frontier_rows": int(table["on_frontier"].sum()),
+        "rows_network_charged": int(rows["network_charged"].sum()),
+        "frontier_rows_network_charged": int(table.loc[table["on_frontier"], "network_charged"].sum()),
+    })
+    return Plan(s, spec, prefill_gpu, decode_gpu,
+                tuple(pools["prefill"].candidates + pools["decode"].candidates),
+                tuple(pools["prefill"].rejected + pools["decode"].rejected),
+                tuple(pools["prefill"].pruned + pools["decode"].pruned), rows, table, tuple(picks), counts,
+                transfers, factors, p90)
+
+
+def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
+                  decode_gpu: GpuSpec) -> None:
+    """No candidate on a side, or no pair within the budget: bad input, naming the smallest deployment."""
+    sides = {role: pools[role].candidates for role in ("prefill", "decode")}
+    for role, given in (("prefill", s.prefill_topologies), ("decode", s.decode_topologies)):
+        if given is not None and not sides[role]:  # the user's own list: say what became of it
+            why = "; ".join(f"{r.topology}: {r.reason}" for r in pools[role].rejected) or "none was usable"
+            raise InputError(f"--{role}-topologies", f"{role}_topologies", f"no listed layout fits: {why}")
+    if all(sides.values()):
+        smallest = min(c.gpus for c in sides["prefill"]) + min(c.gpus for c in sides["decode"])
+        if smallest <= s.max_gpus:
+            return
+    smallest = _smallest_deployment(spec, s, prefill_gpu, decode_gpu)
+    where = f"{spec.name} on {prefill_gpu.name}" + (f"/{decode_gpu.name}" if s.mixed else "")
+    if smallest is None:
+        raise InputError("--max-gpus", "max_gpus",
+                         f"{where}: no layout of up to 512 GPUs holds the weights and one {s.isl}+{s.osl}-token "
+                         "request")
+    label, gpus = smallest
+    raise InputError("--max-gpus", "max_gpus",
+                     f"{s.max_gpus} GPUs are fewer than the smallest deployment of {where}: {label} "
+                     f"needs {gpus} GPUs")
+
+
+def _smallest_deployment(spec: ModelSpec, s: PlanSettings, prefill_gpu: GpuSpec,
+                         decode_gpu: GpuSpec) -> tuple[str, int] | None:
+    config = s.engine_config()
+    found: dict[str, Topology] = {}
+    for role, gpu in (("prefill", prefill_gpu), ("decode", decode_gpu)):
+        for topo in candidate_topologies(spec, 512):
+            try:
+                build_engine(spec, gpu, topo, isl=s.isl, osl=s.osl, config=config)
+            except InputError:
+                continue
+            found[role] = topo
+            break
+    if len(found) < 2:
+        return None
+    p, d = found["prefill"], found["decode"]
+    return f"1x{p.canonical} : 1x{d.canonical}", p.gpus + d.gpus
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every matched block needs to finish its rows."""
+
+    spec: ModelSpec
+    settings: PlanSettings
+    prefill_gpu: GpuSpec
+    decode_gpu: GpuSpec
+    candidates: dict[tuple[str, str, int], Candidate]  # (role, topology, MTP tokens)
+    link_efficiency: float  # achieved share of the link's bandwidth: the lower of the two pools' factors
+    extras: EngineExtras  # a draft model and DCP, as the state accounting takes them
+    tpot_p90: TpotP90
+
+
+def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
+           decode_gpu: GpuSpec, factors: dict[str, Factors], p90: TpotP90,
+           ) -> tuple[pd.DataFrame, dict[str, int], dict[str, dict[str, Any]]]:
+    """Rate-match every prefill sweep with every decode sweep within the budget; add the KV transfer."""
+    n = s.max_gpus
+    prefill, decode = pools["prefill"], pools["decode"]
+    ctx = _Context(spec, s, prefill_gpu, decode_gpu,
+                   {(c.role, c.topology, c.mtp_tokens): c for c in prefill.candidates + decode.candidates},
+                   min(f.efficiency.link for f in factors.values()), s.extras(), p90)
+    transfers: dict[tuple[str, str, int, str], Transfer] = {}
+    counts = {"rate_matched_rows": 0, "rows_over_kv_room_after_block_size": 0, "rows_link_saturated": 0}
+    parts = []
+    for gp, pframes in _by_gpus(prefill).items():
+        for gd, dframes in _by_gpus(decode).items():
+            if gp + gd > n:
+                continue
+            workers = max((n - gd) // gp, (n - gp) // gd)
+            matched = rate_match(pd.concat(pframes, ignore_index=True), pd.concat(dframes, ignore_index=True),
+                                 s.osl, workers, isl=s.isl)
+            matched = matched[matched["gpus_total"].to_numpy() <= n]
+            counts["rate_matched_rows"] += len(matched)
+            if len(matched):
+                finished = _finish(matched, ctx, transfers, counts)
+                if len(finished):
+                    parts.append(finished)
+    if not parts:
+        raise InputError("--max-gpus", "max_gpus",
+                         f"no rate-matched deployment of at most {n} GPUs is feasible (KV room or link limits)")
+    rows = pd.concat(parts, ignore_index=True)
+    summary = {f"{p} -> {d}{'+MTP' + str(k) if k else ''} over {scope}": t.to_dict()
+               for (p, d, k, scope), t in sorted(transfers.items())}
+    return rows, counts, summary
+
+
+def _by_gpus(pool: _Pool) -> dict[int, list[pd.DataFrame]]:
+    out: dict[int, list[pd.DataFrame]] = {}
+    for c, frame in zip(pool.candidates, pool.sweeps, strict=True):
+        out.setdefault(c.gpus, []).append(frame)
+    return out
+
+
+def _network_groups(prefill: Candidate, decode: Candidate, ctx: _Context) -> str:
+    notes = []
+    for c, gpu in ((prefill, ctx.prefill_gpu), (decode, ctx.decode_gpu)):
+        if c.network_charged:
+            topo = parse_topology(c.topology)
+            group = max(topo.tp, topo.expert_shards)
+            notes.append(f"{c.role} {c.topology}: a {group}-GPU group over {math.ceil(group / gpu.nvlink_domain)} "
+                         f"NVLink domains, its collectives charged at {gpu.network_bandwidth / 1e9:g} GB/s")
+    return "; ".join(notes)
+
+
+def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str, int, str], Transfer],
+            counts: dict[str, int]) -> pd.DataFrame:
+    """The KV transfer term of every row (TTFT, concurrency, link load, the block-size fix) and the columns
+    that follow from its two candidates (provenance, network charge); rows over KV room or link are dropped."""
+    s = ctx.settings
+    gpus_total = matched["gpus_total"].to_numpy()
+    same_kind = ctx.prefill_gpu.name == ctx.decode_gpu.name
+    domain = (load_link(ctx.prefill_gpu.name, NVLINK).domain_gpus or 0) if same_kind else 0
+    keys = pd.DataFrame({
+        "p": matched["prefill_topology"].astype(str).to_numpy(),
+        "d": matched["decode_topology"].astype(str).to_numpy(),
+        "k": matched["mtp_tokens"].to_numpy(dtype=float).astype(int),
+        "scope": np.where(gpus_total <= domain, NVLINK, SCALE_OUT),
+    })
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(keys))
+    per_key: dict[str, list[Any]] = {name: [] for name in (
+        "ms", "mib", "send", "recv", "bandwidth", "pblock", "dblock", "to_set", "room", "p_dp", "d_dp",
+        "charged", "groups", "psource", "dsource", "modeled")}
+    for p, d, k, scope in uniques:
+        key = (p, d, int(k), scope)
+        if key not in transfers:
+            link = scope_link(ctx.prefill_gpu, ctx.decode_gpu, scope)
+            x = ctx.extras
+            transfers[key] = request_transfer(ctx.spec, parse_topology(p), parse_topology(d), link, isl=s.isl,
+                                              osl=s.osl, kv_cache_dtype=s.kv_cache_dtype, vllm=s.vllm,
+                                              num_speculative_tokens=int(k) or x.num_speculative_tokens,
+                                              efficiency=ctx.link_efficiency, speculative_model=x.speculative_model,
+                                              decode_context_parallel_size=x.decode_context_parallel_size)
+        t = transfers[key]
+        pc, dc = ctx.candidates[("prefill", p, 0)], ctx.candidates[("decode", d, int(k))]
+        values = {
+            "ms": t.ms, "mib": t.bytes_total / MiB, "send": t.send_bytes_per_gpu, "recv": t.decode_bytes_per_rank,
+            "bandwidth": t.link.bandwidth * t.efficiency, "pblock": t.blocks.prefill, "dblock": t.blocks.decode,
+            "to_set": t.blocks.to_set or 0,
+            "room": np.nan if dc.kv_room is None else _room_with_block(ctx, parse_topology(d), int(k), dc.kv_room,
+                                                                        t.blocks.to_set),
+            "p_dp": parse_topology(p).dp, "d_dp": parse_topology(d).dp,
+            "charged": pc.network_charged or dc.network_charged, "groups": _network_groups(pc, dc, ctx),
+            "psource": pc.source, "dsource": dc.source,
+            "modeled": pc.source.startswith("modeled") or dc.source.startswith("modeled"),
+        }
+        for name, value in values.items():
+            per_key[name].append(value)
+    col = {name: np.asarray(values)[codes] for name, values in per_key.items()}
+    ttft = matched["ttft_ms_p50"].to_numpy(dtype=float)
+    rate = matched["total_tps"].to_numpy(dtype=float) / (s.isl + s.osl)
+    tpot = matched["tpot_ms_p50"].to_numpy(dtype=float)
+    p_ranks = matched["n_prefill_workers"].to_numpy() * col["p_dp"]
+    d_ranks = matched["n_decode_workers"].to_numpy() * col["d_dp"]
+    utilization = np.maximum(rate / p_ranks * col["send"], rate / d_ranks * col["recv"]) / col["bandwidth"]
+    total_ttft = ttft + col["ms"]
+    # TPOT p90: a measured decode sweep's own p99 (>= p90) where it has one, else TPOT x the stated factor.
+    p99 = matched["tpot_ms_p99"].to_numpy(dtype=float)
+    measured_p99 = np.char.startswith(col["dsource"].astype(str), "measured") & np.isfinite(p99)
+    tpot_p90 = np.where(measured_p99, p99, tpot * ctx.tpot_p90.factor)
+    scaled = f"TPOT x {ctx.tpot_p90.factor:.2f}"
+    decode_modeled = np.char.startswith(col["dsource"].astype(str), "modeled")
+    p90_basis = np.where(measured_p99, "measured p99 TPOT of the decode sweep (bounds the p90)",
+                         np.where(decode_modeled, f"modeled {scaled}", f"measured median {scaled}"))
+    block = pd.array(col["to_set"].astype(np.int64), dtype="Int64")
+    block[col["to_set"] == 0] = pd.NA
+    out = matched.assign(
+        deployment=matched["deployment"].astype(str),
+        prefill_ttft_ms=ttft,
+        ttft_ms_p50=total_ttft,
+        ttft_ms_p99=matched["ttft_ms_p99"].to_numpy(dtype=float) + col["ms"],
+        kv_transfer_ms=col["ms"],
+        kv_transfer_share=col["ms"] / total_ttft,
+        tpot_ms_p90=tpot_p90,
+        tpot_p90_basis=p90_basis,
+        kv_link=keys["scope"].to_numpy(),
+        kv_mib_per_request=col["mib"],
+        kv_link_utilization=utilization,
+        prefill_block_tokens=col["pblock"].astype(np.int64),
+        decode_block_tokens=col["dblock"].astype(np.int64),
+        block_size_to_set=block,
+        decode_room=col["room"].astype(float),
+        # Little's law with the transfer inside TTFT, in whole requests (what --max-concurrency is set to).
+        concurrency=np.maximum(1, np.rint(rate * (total_ttft + tpot * (s.osl - 1)) / 1000.0)).astype(np.int64),
+        prefill_concurrency=matched["prefill_concurrency"].to_numpy(dtype=float).astype(np.int64),
+        decode_concurrency=matched["decode_concurrency"].to_numpy(dtype=float).astype(np.int64),
+        network_charged=col["charged"].astype(bool),
+        network_groups=col["groups"],
+        prefill_source=col["psource"],
+        decode_source=col["dsource"],
+        modeled=col["modeled"].astype(bool),
+        prefill_gpu=ctx.prefill_gpu.name,
+        decode_gpu=ctx.decode_gpu.name,
+        replicas_in_budget=s.max_gpus // gpus_total,
+    )
+    over_room = out["decode_concurrency"].to_numpy() > col["room"]  # NaN room (unknown) keeps the row
+    saturated = utilization > 1.0
+    counts["rows_over_kv_room_after_block_size"] += int(over_room.sum())
+    counts["rows_link_saturated"] += int((saturated & ~over_room).sum())
+    return out[~(over_room | saturated)]
+
+
+def _room_with_block(ctx: _Context, topo: Topology, k: int, room: int, block: int | None) -> float:
+    """A decode engine's KV room when ``--block-size`` grows its block: fewer requests, by the bytes ratio."""
+    if block is None:
+        return float(room)
+    s = ctx.settings
+    common: dict[str, Any] = dict(max_model_len=s.isl + s.osl, tp=topo.tp, kv_cache_dtype=s.kv_cache_dtype,
+                                  vllm=s.vllm, **ctx.extras.state_args(decode=True))
+    if k:
+        common["num_speculative_tokens"] = k
+    own = plan_state(ctx.spec, **common).bytes_per_request
+    forced = plan_state(ctx.spec, block_size=block, **common).bytes_per_request
+    return float(math.floor(room * own / forced))
+
+
+def _picks(rows: pd.DataFrame, slas: Sequence[Sla], *, require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
+    """The frontier (numbered rows) plus a row per SLA pick; the picks."""
+    front = upper_envelope(rows)
+    chosen: list[tuple[Sla, Any, int]] = []  # (sla, index label in rows or None, candidates)
+    for sla in slas:
+        latency_ok = sla.meets_latency(rows)
+        pool = rows[latency_ok] if not latency_ok.all() else rows
+        env = upper_envelope(pool) if pool is not rows else front
+        meets = latency_ok & (rows["tps_per_user"].to_numpy(dtype=float) >= (sla.min_tps_per_user or 0.0))
+        if len(env):
+            pick = sla_pick(env, min_tps_per_user=sla.min_tps_per_user or 0.0)
+        if not len(env) or not pick.met:
+            chosen.append((sla, None, int(meets.sum())))
+            continue
+        hit = env[(env["deployment"] == pick.deployment) & (env["tps_per_user"] == pick.tps_per_user)
+                  & (env["tps_per_gpu"] == pick.tps_per_gpu)]
+        chosen.append((sla, hit.index[0], int(meets.sum())))
+    labels = list(front.index) + [i for _, i, _ in chosen if i is not None and i not in set(front.index)]
+    closest_of: dict[int, tuple[Any, float]] = {}
+    for n_sla, (sla, label, _) in enumerate(chosen):
+        if label is None:
+            miss = sla.shortfall(rows)
+            order = np.lexsort((-rows["tps_per_gpu"].to_numpy(dtype=float), miss))
+            best = rows.index[order[0]]
+            closest_of[n_sla] = (best, float(miss[order[0]]))
+            if best not in labels:
+                labels.append(best)
+    table = rows.loc[labels].copy()
+    table["on_frontier"] = [lab in set(front.index) for lab in labels]
+    table = table.sort_values(["tps_per_user", "tps_per_gpu"], kind="stable")
+    row_of = {lab: k for k, lab in enumerate(table.index)}
+    table.insert(0, "row", np.arange(len(table)))
+    picked: dict[Any, list[str]] = {}
+    picks = []
+    for n_sla, (sla, label, candidates) in enumerate(chosen):
+        if label is not None:
+            picked.setdefault(label, []).append(sla.describe())
+            picks.append(Pick(sla, True, row_of[label], None, None, candidates))
+            continue
+        best, miss = closest_of[n_sla]
+        if require_sla:
+            r = rows.loc[best]
+            p90 = (f" (p90 {r['tpot_ms_p90']:.1f} ms: {r['tpot_p90_basis']})"
+                   if sla.max_tpot_ms_p90 is not None else "")
+            raise InputError("SLA", sla.describe(),
+                             f"no deployment within the budget meets it; the closest is {r['deployment']} at "
+                             f"concurrency {int(r['concurrency'])}: {r['tps_per_user']:.1f} tokens/s per user, "
+                             f"TTFT {r['ttft_ms_p50']:,.0f} ms, TPOT {r['tpot_ms_p50']:.1f} ms{p90}, "
+                             f"{r['tps_per_gpu']:,.0f} tokens/s per GPU ({miss:.0%} short)")
+        picks.append(Pick(sla, False, None, row_of[best], miss, candidates))
+    table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
+    table["curve_concurrencies"] = _curves(rows, table)
+    heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[
+        ["prefill_concurrency", "decode_concurrency"]].max()
+    table["curve_prefill_concurrency_max"] = table["deployment"].map(heaviest["prefill_concurrency"]).astype(int)
+    table["curve_decode_concurrency_max"] = table["deployment"].map(heaviest["decode_concurrency"]).astype(int)
+    table = table.reset_index(drop=True)
+    return table[[c for c in ROW_COLUMNS if c in table.columns]], picks
+
+
+def _curves(rows: pd.DataFrame, table: pd.DataFrame, points: int = 8) -> list[list[int]]:
+    """Per table row, concurrencies spanning its deployment's predicted curve (at most ``points``, spread
+    evenly in log scale, its own concurrency included): what the deployment's benchmark sweeps."""
+    wanted = set(table["deployment"])
+    mine = rows[rows["deployment"].isin(wanted)]
+    curve = {dep: np.unique(group["concurrency"].to_numpy()) for dep, group in mine.groupby("deployment")}
+    out = []
+    for dep, own in zip(table["deployment"], table["concurrency"], strict=True):
+        values = curve[dep]
+        if values.size > points:
+            targets = np.geomspace(values[0], values[-1], points)
+            values = np.unique(values[np.abs(np.log(values[None, :]) - np.log(targets[:, None])).argmin(axis=1)])
+        out.append(sorted({int(v) for v in values} | {int(own)}))
+    return out
+
+
+def picks_sentence(p: Plan, pick: Pick) -> str:
+    """One pick in words."""
+    if not pick.met:
+        assert pick.closest_row is not None
+        r = p.row(pick.closest_row)
+        return (f"{pick.sla.describe()}: nothing meets it within {p.settings.max_gpus} GPUs; the closest is row "
+                f"{pick.closest_row}, {r['deployment']} ({r['tps_per_user']:.1f} tokens/s per user, TTFT "
+                f"{r['ttft_ms_p50']:,.0f} ms)")
+    assert pick.row is not None
+    r = p.row(pick.row)
+    p90 = (f", TPOT p90 {r['tpot_ms_p90']:.1f} ms ({r['tpot_p90_basis']})" if pick.sla.max_tpot_ms_p90 is not None
+           else "")
+    return (f"{pick.sla.describe()}: row {pick.row}, {r['deployment']} on {r['gpus_total']} GPUs at concurrency "
+            f"{r['concurrency']}: {r['tps_per_gpu']:,.0f} tokens/s per GPU, {r['tps_per_user']:.1f} tokens/s per "
+            f"user, TTFT {r['ttft_ms_p50']:,.0f} ms ({r['kv_transfer_share']:.1%} of it KV transfer){p90}")
+

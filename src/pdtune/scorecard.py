@@ -1,0 +1,217 @@
+"""The performance model's scorecard on real vLLM measurements, written once to ``data/perfmodel/validation/``.
+
+Scoring the model honestly means refitting it: every row of aiconfigurator's public vLLM aggregated sweeps
+(``data/clusters/aiconfigurator-silicon/``) is predicted with default factors fitted without its model
+(leave-one-model-out) and with factors calibrated on the other deployments of its model and GPU
+(:func:`pdtune.perfmodel.heldout.heldout_table`). That takes minutes, too long for a book build, so this module
+writes the per-row table to a CSV that the book reads, and regenerates it with one command:
+
+    .venv/bin/python -m pdtune.scorecard        # or: make validation
+
+``--check`` recomputes it and compares with the shipped file instead of writing (the slow test does this), so a
+change to ``pdtune.perfmodel`` that moves a prediction fails until the file is regenerated.
+
+The readers here (:func:`load_scorecard`, :func:`scored`, :func:`peer_estimates`) are what chapters 5, 6 and 8
+use; nothing in them fits anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pdtune.paths import data_dir
+
+#: The bundled models of the public sweeps that the scorecard covers (the five of issue 15).
+MODELS = ("gpt-oss-120b", "llama-3.1-70b", "qwen3-32b", "minimax-m2.5", "kimi-k2.5")
+FOLDS = 4
+COMMAND = "python -m pdtune.scorecard"
+
+#: The columns written per row: where it came from, its deployment, measured and both held-out predictions.
+COLUMNS = (
+    "source_id", "model_key", "gpu_name", "topology", "gpus_total", "isl", "osl", "concurrency", "vllm", "weights",
+    "deployment", "fold", "predicted", "reason",
+    "measured_ttft_ms_p50", "measured_tpot_ms_p50", "measured_tps_per_gpu",
+    "lomo_ttft_ms_p50", "lomo_tpot_ms_p50", "lomo_tps_per_gpu",
+    "calibrated_ttft_ms_p50", "calibrated_tpot_ms_p50", "calibrated_tps_per_gpu", "calibrated_reason",
+)
+FLOAT_FORMAT = "%.6g"
+
+
+def scorecard_dir() -> Path:
+    return data_dir() / "perfmodel" / "validation"
+
+
+def scorecard_file() -> Path:
+    return scorecard_dir() / "heldout.csv"
+
+
+def lomo_file() -> Path:
+    return scorecard_dir() / "lomo_models.csv"
+
+
+def peer_file() -> Path:
+    return data_dir() / "peers" / "aiconfigurator-0.12.0" / "silicon-vllm-estimates.json"
+
+
+def compute(folds: int = FOLDS, models: Sequence[str] = MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-row table, which models every leave-one-model-out fit used): minutes of fitting."""
+    from pdtune.perfmodel.defaults import silicon_file, silicon_problems
+    from pdtune.perfmodel.heldout import heldout_table
+    from pdtune.results import load_results
+
+    held = heldout_table(silicon_problems(load_results(silicon_file())), folds=folds, models=list(models))
+    table = held.table
+    out = table[[c for c in COLUMNS if c in table.columns]].copy()
+    out = out.sort_values(["model_key", "gpu_name", "source_id"], kind="stable").reset_index(drop=True)
+    lomo = pd.DataFrame([{"model_key": m, "gpu_name": g, "fitted_on": " ".join(names)}
+                         for (m, g), names in sorted(held.lomo_models.items())])
+    return out, lomo
+
+
+def _csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+
+
+def write(out_dir: Path | None = None) -> tuple[Path, Path]:
+    table, lomo = compute()
+    folder = Path(out_dir) if out_dir is not None else scorecard_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    rows, models = folder / scorecard_file().name, folder / lomo_file().name
+    rows.write_text(_csv(table), encoding="utf-8")
+    models.write_text(_csv(lomo), encoding="utf-8")
+    return rows, models
+
+
+def differences(fresh: pd.DataFrame, shipped: pd.DataFrame, rtol: float = 1e-4) -> list[str]:
+    """What differs between a recomputed table and the shipped one (numbers to ``rtol``, text exactly)."""
+    problems = []
+    if list(fresh.columns) != list(shipped.columns):
+        return [f"columns differ: {list(fresh.columns)} vs {list(shipped.columns)}"]
+    if len(fresh) != len(shipped):
+        return [f"{len(fresh)} rows recomputed, {len(shipped)} shipped"]
+    for column in fresh.columns:
+        a, b = fresh[column], shipped[column]
+        if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b) and not pd.api.types.is_bool_dtype(a):
+            x, y = a.to_numpy(dtype=float), b.to_numpy(dtype=float)
+            bad = ~(np.isclose(x, y, rtol=rtol, atol=0, equal_nan=True))
+        else:  # text: an empty cell is empty on both sides (NaN never equals NaN)
+            bad = (a.astype(object).where(a.notna(), "").astype(str)
+                   != b.astype(object).where(b.notna(), "").astype(str)).to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            problems.append(f"{column}: {int(bad.sum())} rows differ (first: row {i}, {a.iloc[i]!r} vs {b.iloc[i]!r})")
+    return problems
+
+
+def _reread(frame: pd.DataFrame) -> pd.DataFrame:
+    """A frame as the CSV round trip gives it back (the same rounding as the shipped file)."""
+    from io import StringIO
+
+    return pd.read_csv(StringIO(_csv(frame)))
+
+
+def check() -> list[str]:
+    table, lomo = compute()
+    problems = differences(_reread(table), pd.read_csv(scorecard_file()))
+    problems += [f"lomo_models.csv: {p}" for p in differences(_reread(lomo), pd.read_csv(lomo_file()))]
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------ readers
+
+
+@cache
+def _load(path: str) -> pd.DataFrame:
+    frame = pd.read_csv(path)
+    frame["predicted"] = frame["predicted"].astype(bool)
+    return frame
+
+
+def load_scorecard(path: str | Path | None = None) -> pd.DataFrame:
+    """The shipped per-row table (a copy), with the ``*_error`` columns (``predicted / measured - 1``)."""
+    frame = _load(str(path or scorecard_file())).copy()
+    for kind in ("lomo", "calibrated"):
+        for metric in ("ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu"):
+            frame[f"{kind}_{metric}_error"] = frame[f"{kind}_{metric}"] / frame[f"measured_{metric}"] - 1
+    return frame
+
+
+def lomo_models(path: str | Path | None = None) -> pd.DataFrame:
+    return pd.read_csv(path or lomo_file())
+
+
+def scored(frame: pd.DataFrame, kind: str = "lomo") -> pd.DataFrame:
+    """The scorecard in :func:`pdtune.perfmodel.validation.validate_rows`' columns for one prediction
+    (``lomo`` or ``calibrated``), so :func:`~pdtune.perfmodel.validation.error_table` reads it."""
+    out = frame.copy()
+    for metric in ("ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu"):
+        out[f"predicted_{metric}"] = out[f"{kind}_{metric}"]
+        out[f"{metric}_error"] = out[f"{kind}_{metric}_error"]
+    if kind == "calibrated":
+        out["predicted"] = out["predicted"] & out["calibrated_tpot_ms_p50"].notna()
+    out["model"], out["gpu"], out["mode"] = out["model_key"], out["gpu_name"], "agg"
+    return out
+
+
+def peer_estimates(path: str | Path | None = None) -> pd.DataFrame:
+    """aiconfigurator 0.12.0's cached estimates (MODELED by aiconfigurator), one row per silicon ``id``."""
+    data = json.loads(Path(path or peer_file()).read_text(encoding="utf-8"))
+    rows = [{"source_id": key, "aic_status": value.get("status"), "aic_error_text": value.get("error"),
+             "aic_ttft_ms_p50": value.get("ttft_ms"), "aic_tpot_ms_p50": value.get("tpot_ms")}
+            for key, value in data["results"].items()]
+    return pd.DataFrame(rows)
+
+
+def with_peer(frame: pd.DataFrame, peer: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The scorecard with aiconfigurator's estimates beside it; rows it has no estimate for are ``missing``."""
+    peer = peer_estimates() if peer is None else peer
+    out = frame.merge(peer, on="source_id", how="left")
+    out["aic_status"] = out["aic_status"].fillna("missing")
+    for metric in ("ttft_ms_p50", "tpot_ms_p50"):
+        value = pd.to_numeric(out[f"aic_{metric}"], errors="coerce").where(out["aic_status"] == "ok")
+        out[f"aic_{metric}"] = value
+        out[f"aic_{metric}_error"] = value / out[f"measured_{metric}"] - 1
+    return out
+
+
+def sweep_rows(model: str, gpu: str, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The scorecard's rows of one model on one GPU (model matched by the last component of its name)."""
+    from pdtune.perfmodel.validation import model_key
+
+    frame = load_scorecard() if frame is None else frame
+    return frame[(frame["model_key"] == model_key(model)) & (frame["gpu_name"] == gpu.strip().lower())]
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    parser.add_argument("--out", metavar="DIR", help=f"write here instead of {scorecard_dir()}")
+    parser.add_argument("--check", action="store_true", help="recompute and compare with the shipped file")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if args.check:
+        problems = check()
+        for p in problems:
+            print(p)
+        print(f"{'differs' if problems else 'matches'} {scorecard_file()} ({time.perf_counter() - start:.0f} s)")
+        return 1 if problems else 0
+    rows, models = write(Path(args.out) if args.out else None)
+    print(f"wrote {rows} and {models} ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The package's layout rules (issue 10): one module per idea, none a grab bag, the map in src/pdtune/README.md
+naming every module.
+
+These fail when a module grows past the size the project allows, when the book's build creeps back into
+``charts/``, or when a module is added without a line in the package map.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "pdtune"
+MAX_LINES = 800
+
+#: Imports that mean "building or executing the book", which belongs in ``pdtune.site``.
+BUILD_IMPORTS = ("sphinx", "papermill", "nbclient", "nbformat", "jupyter_book", "myst_nb", "subprocess")
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_over_the_limit(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (limit {MAX_LINES}): split it by idea"
+
+
+def test_the_old_grab_bags_are_gone() -> None:
+    for name in ("tables.py", "isolation.py", "workbook.py"):
+        assert not (PACKAGE / name).exists(), name
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "charts").glob("*.py")), ids=lambda p: p.name)
+def test_charts_hold_no_build_code(path: Path) -> None:
+    assert not _imports(path) & set(BUILD_IMPORTS), path.name
+
+
+def test_the_package_map_names_every_module() -> None:
+    text = (PACKAGE / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([a-z_]+)`", text))
+    top = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    top |= {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = sorted(top - named)
+    assert not missing, f"src/pdtune/README.md does not name: {', '.join(missing)}"
+    # and the submodules of every package are named on its line
+    failures: list[str] = []
+    # (``commands`` is one module per subcommand, named for it, and the map says so once)
+    for package in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        if package.name == "commands":
+            continue
+        subs = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")}
+        subs |= {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+        lacking = sorted(subs - named)
+        failures.extend(f"{package.name}'s {name}" for name in lacking)
+    assert not failures, f"src/pdtune/README.md does not name {', '.join(failures)}"

@@ -1,0 +1,179 @@
+"""Chapter 8's numbers: the scorecard file, what the chapter module computes from it, and the measured frontier.
+
+The scorecard (data/perfmodel/validation/heldout.csv) is written by ``python -m pdtune.scorecard``; the slow test
+recomputes it (minutes of fitting) and compares, so a change to pdtune.perfmodel that moves a prediction fails
+here until the file is regenerated with that command.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdtune.chapters import frontier as ch7
+from pdtune.chapters import trust as ch8
+from pdtune.perfmodel.defaults import silicon_file
+from pdtune.perfmodel.validation import model_key
+from pdtune.results import load_results
+from pdtune.scorecard import MODELS, check, load_scorecard, peer_estimates
+
+
+@pytest.fixture(scope="module")
+def card() -> ch8.Scorecard:
+    return ch8.scorecard()
+
+
+@pytest.fixture(scope="module")
+def silicon() -> pd.DataFrame:
+    return load_results(silicon_file())
+
+
+def test_every_measured_row_of_the_five_models_is_in_the_scorecard(silicon: pd.DataFrame) -> None:
+    """No row is dropped: the scorecard has one line per vLLM aggregated row of the five models on the GPUs the
+    defaults are fitted for, counted from the CSV independently."""
+    rows = silicon[(silicon["backend"] == "vllm") & (silicon["mode"] == "agg")
+                   & silicon["model"].map(model_key).isin(MODELS) & silicon["gpu"].isin(["h100", "h200", "b200",
+                                                                                         "b300"])]
+    table = load_scorecard()
+    assert len(table) == len(rows) == 1256
+    assert sorted(table["source_id"]) == sorted(rows["source_id"])
+    assert set(table["model_key"]) == set(MODELS)
+    unpredicted = table[~table["predicted"]]
+    assert unpredicted["reason"].notna().all()  # every row the model cannot predict says why
+
+
+def test_the_validation_table_is_the_median_of_the_rows(card: ch8.Scorecard) -> None:
+    table = ch8.validation_table(card).set_index(["model", "gpu"])
+    r = card.rows[card.rows["predicted"]]
+    for (model, gpu), frame in [*r.groupby(["model_key", "gpu_name"]), (("all", "all"), r)]:
+        errors = (frame["lomo_tpot_ms_p50"] / frame["measured_tpot_ms_p50"] - 1).abs() * 100
+        assert table.loc[(model, gpu), "tpot_median_error_pct"] == pytest.approx(float(np.median(errors)))
+        assert table.loc[(model, gpu), "tpot_p90_error_pct"] == pytest.approx(float(np.percentile(errors, 90)))
+    assert int(table.loc[("all", "all"), "rows"]) == len(card.rows)
+    h = ch8.headline(card)
+    assert h["lomo-tpot-median"] == pytest.approx(table.loc[("all", "all"), "tpot_median_error_pct"])
+    assert h["rows"] == h["predicted"] + h["unpredicted"]
+
+
+def test_regimes_count_every_row_once(card: ch8.Scorecard) -> None:
+    for regime in ch8.REGIMES:
+        table = ch8.regime_table(card, regime)
+        assert int(table["rows"].sum()) == len(card.rows), regime
+        assert ch8.worst_sentence(table, regime).startswith("By ")
+
+
+def test_calibrated_scores_are_held_out_and_the_rest_counted(card: ch8.Scorecard) -> None:
+    r = card.rows
+    cal = ch8.calibration_table(card).set_index(["model", "gpu"])
+    missing = ch8.uncalibrated_reasons(card)
+    assert int(cal.loc[("all", "all"), "calibrated_rows"]) + int(missing["rows"].sum()) == int(r["predicted"].sum())
+    # folds hold out whole deployments: every deployment has one fold
+    assert (r.groupby(["model_key", "gpu_name", "deployment"])["fold"].nunique() == 1).all()
+
+
+def test_the_peer_comparison_uses_the_same_rows_and_counts_the_rest(card: ch8.Scorecard) -> None:
+    peer = peer_estimates()
+    assert set(peer["source_id"]) == set(card.rows["source_id"])
+    table = ch8.peer_table(card).set_index(["model", "gpu"])
+    both = ch8.both_mask(card)
+    assert int(table.loc[("all", "all"), "both_predicted"]) == int(both.sum())
+    unpredicted = ch8.unpredicted_table(card)
+    by_tool = unpredicted.groupby("tool")["rows"].sum()
+    assert int(by_tool.get("pdtune", 0)) == int((~card.rows["predicted"]).sum())
+    assert int(by_tool.get(ch8.PEER, 0)) == int((card.rows["aic_status"] != "ok").sum()) > 0
+    n = ch8.peer_numbers(card)
+    sel = card.rows[both]
+    aic = (sel["aic_tpot_ms_p50"] / sel["measured_tpot_ms_p50"] - 1).abs() * 100
+    assert n["aic-tpot-median"] == pytest.approx(float(np.median(aic)))
+
+
+@pytest.mark.parametrize(("model", "gpu", "covered"), [
+    ("llama-3.1-70b", "h200", "cover llama-3.1-70b on H200: 60 rows"),
+    ("qwen3.8-2.4t", "gb300", "have no vLLM rows of qwen3.8-2.4t"),
+    ("qwen3-235b-a22b", "h200", "have no vLLM rows of qwen3-235b-a22b"),
+    ("gpt-oss-120b", "gb300", "not on GB300"),
+])
+def test_your_model_says_whether_the_measurements_cover_it(card: ch8.Scorecard, model: str, gpu: str,
+                                                             covered: str) -> None:
+    text, table = ch8.your_model(card, model, gpu)
+    assert covered in text
+
+
+def test_sweeps_for_chapters_5_and_6_pair_measured_and_modeled() -> None:
+    cases = ch8.sweep_cases()
+    assert cases["measured_tpot_ms_p50"].notna().all() and cases["modeled_tpot_ms_p50"].notna().all()
+    case, own = ch8.default_case(cases, "llama-3.1-70b", "h200")
+    assert own and case.startswith("llama-3.1-70b on H200")
+    case, own = ch8.default_case(cases, "qwen3.8-2.4t", "gb300")
+    assert not own and "no real vLLM measurements of qwen3.8-2.4t" in ch8.sweep_note(cases, "qwen3.8-2.4t",
+                                                                                       "gb300", "TTFT")
+    # the models the issue names, each across more than one TP size
+    for model in ("llama-3.1-70b", "gpt-oss-120b", "minimax-m2.5", "kimi-k2.5"):
+        assert cases[cases["model"] == model]["topology"].nunique() > 1, model
+
+
+def test_the_measured_frontier_keeps_every_row_and_its_ratios() -> None:
+    sf = ch7.silicon_frontier()
+    assert len(sf.points) == 17  # every vLLM disaggregated row of the silicon file (its README: 17)
+    table = ch7.silicon_frontier_table(sf)
+    assert len(table) and (table["tps_per_gpu_ratio"] == table["predicted_tps_per_gpu"]
+                           / table["measured_tps_per_gpu"]).all()
+    assert "kimi-k2.5 on GB200" in set(table["run_on"])
+    # a frontier point is measured: no other measured row of its model, GPU and ISL/OSL dominates it
+    pts = sf.points.assign(x=1000 / sf.points["measured_tpot_ms_p50"], y=sf.points["measured_tps_per_gpu"])
+    for r in sf.frontier.itertuples():
+        same = pts[(pts["model"] == r.model) & (pts["gpu"] == r.gpu) & (pts["isl"] == r.isl) & (pts["osl"] == r.osl)]
+        x, y = 1000 / r.measured_tpot_ms_p50, r.measured_tps_per_gpu
+        assert not ((same["x"] >= x) & (same["y"] >= y) & ((same["x"] > x) | (same["y"] > y))).any()
+    assert "times the measured" in ch7.silicon_frontier_sentence(sf)
+
+
+def test_the_inferencex_throughput_end_is_reported() -> None:
+    real = ch7.inferencex_points()
+    end = real.throughput_end
+    top = real.check["measured_tps_per_gpu"].max()
+    assert end["measured"] == pytest.approx(top)
+    assert math.isclose(end["error"], end["predicted"] / end["measured"] - 1, rel_tol=1e-9)
+    assert "throughput end" in real.throughput_end_sentence
+
+
+def test_charts_that_mix_measured_and_modeled_label_both() -> None:
+    from test_honest_labels import chart_problems
+
+    from pdtune.charts.trust import frontier_compare_chart, parity_chart, sweep_compare_chart
+
+    cases = ch8.sweep_cases()
+    sf = ch7.silicon_frontier()
+    charts = [sweep_compare_chart(cases, "tpot_ms_p50", case=cases["case"].iloc[0]),
+              parity_chart(ch8.scorecard().lomo),
+              frontier_compare_chart(sf.points, sf.frontier, sf.predicted_frontier)]
+    for chart in charts:
+        spec = chart.to_dict()
+        subtitle = spec["title"]["subtitle"]
+        assert any(s.startswith("Measured —") for s in subtitle) and any(s.startswith("Modeled —") for s in subtitle)
+        assert chart_problems(spec, "chart") == []
+
+
+@pytest.mark.slow
+def test_the_shipped_scorecard_is_what_the_command_computes() -> None:
+    """`python -m pdtune.scorecard --check`: recomputed from the shipped data, the same to 1e-4."""
+    problems = check()
+    assert problems == [], "regenerate with `python -m pdtune.scorecard`:\n" + "\n".join(problems)
+
+
+def test_the_scorecard_check_sees_a_moved_prediction() -> None:
+    """The comparison the slow test makes: equal to itself after the CSV round trip, and not once a
+    prediction moves by 1 % or a text cell changes."""
+    from pdtune.scorecard import _reread, differences, scorecard_file
+
+    shipped = pd.read_csv(scorecard_file())
+    assert differences(_reread(shipped.copy()), shipped) == []
+    moved = shipped.copy()
+    moved.loc[3, "lomo_tpot_ms_p50"] *= 1.01
+    moved.loc[5, "topology"] = "TP16"
+    found = differences(moved, shipped)
+    assert [p.split(":")[0] for p in found] == ["topology", "lomo_tpot_ms_p50"]
+    assert differences(shipped.iloc[:-1], shipped) == [f"{len(shipped) - 1} rows recomputed, {len(shipped)} shipped"]
