@@ -621,6 +621,32 @@ def build(root: Path) -> list[Case]:
             write(p / f"chap-{key}-{value.strip('[]').replace(', ', '-') or 'empty'}.yaml", text),
             "--out", out / "wb", names="chap-", field=key)
 
+    # the workbook's plan section, draft model, DCP and calibration: refused before anything runs
+    head = base.split("\nplan:", 1)[0]
+    for name, plan, key in (("plan-not-a-map", "plan: 16", "plan"), ("plan-max-gpus-1", "plan: {max_gpus: 1}", "plan.max_gpus"),
+                            ("plan-max-gpus-text", "plan: {max_gpus: many}", "plan.max_gpus"),
+                            ("plan-max-gpus-huge", "plan: {max_gpus: 1e400}", "plan.max_gpus"),
+                            ("plan-budget-too-small", "plan: {max_gpus: 2}", "plan.max_gpus"),
+                            ("plan-floor-negative", "plan: {min_tps_per_user: [-5]}", "plan.min_tps_per_user"),
+                            ("plan-floor-empty", "plan: {min_tps_per_user: []}", "plan.min_tps_per_user"),
+                            ("plan-ttft-nan", "plan: {max_ttft_ms: .nan}", "plan.max_ttft_ms"),
+                            ("plan-decode-gpu", "plan: {decode_gpu: tpu9}", "plan.decode_gpu"),
+                            ("plan-topology", "plan: {decode_topologies: [TP3]}", "plan.decode_topologies"),
+                            ("plan-recipes-text", "plan: {recipes: yes please}", "plan.recipes"),
+                            ("plan-unknown-key", "plan: {max_gpu: 16}", "plan.max_gpu")):
+        add(13, f"workbook-{name}", "workbook", write(p / f"{name}.yaml", f"{head}\n{plan}\n"), "--out", out / "wb",
+            names=f"{name}.yaml", field=key)
+    write(p / "calibration-gpt-oss.yaml", CALIBRATION)
+    for name, line, key in (("draft-unknown", "speculative_model: no-such-draft", "speculative_model"),
+                            ("dcp-zero", "decode_context_parallel_size: 0", "decode_context_parallel_size"),
+                            ("dcp-3", "decode_context_parallel_size: 3", "decode_context_parallel_size"),
+                            ("cal-missing", "calibration: no-such-calibration.yaml", "calibration"),
+                            ("cal-other-model", "calibration: calibration-gpt-oss.yaml", "calibration")):
+        key_name = line.split(":", 1)[0]
+        text = "\n".join(ln for ln in head.splitlines() if not ln.startswith(f"{key_name}:")) + f"\n{line}\n"
+        add(13, f"workbook-{name}", "workbook", write(p / f"{name}.yaml", text), "--out", out / "wb",
+            names=f"{name}.yaml", field=key)
+
     # ---------------------------------------------------------------- 14: silently accepted or wrongly blamed
     for cmd in (("state", "qwen3.8-2.4t", "--isl", "1024", "--osl", "128"),
                 ("memory", "--total-gib", "276", "--weights-gib", "100"),

@@ -30,9 +30,10 @@ EXPECTED_TOC = [
     "notebooks/06_decode.md",
     "notebooks/07_frontier.md",
     "notebooks/08_trust.md",
-    "book/reproduce.md",
+    "notebooks/09_plan.md",
     "book/glossary.md",
     "book/references.md",
+    "book/reproduce.md",
 ]
 
 # Attributes through which a page makes the browser fetch something.

@@ -37,7 +37,7 @@ from pdtune.model import LayerKind, load_model
 from pdtune.paths import article_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ("01_state", "02_memory", "03_graphs", "04_concurrency", "08_trust")
+CHAPTERS = ("01_state", "02_memory", "03_graphs", "04_concurrency", "08_trust", "09_plan")
 
 #: Small integers that count or name things ("1 + K", "0 turns MTP off", "2 KiB" is published separately).
 STRUCTURAL = {"0", "1", "2"}
@@ -59,6 +59,7 @@ EXERCISE_INPUTS: dict[str, set[str]] = {
     "03_graphs": {"1000", "4000", "60", "1", "384", "1536"},  # --max-num-seqs 1000 and 384; a 1 GiB graph, 60 MiB
     "04_concurrency": set(),
     "08_trust": set(),
+    "09_plan": set(),
 }
 
 UNITS = ("B", "KiB", "MiB", "GiB", "GB", "%")

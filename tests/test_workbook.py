@@ -373,8 +373,9 @@ def test_only_the_chapters_own_parameters_are_injected(tmp_path: Path) -> None:
 def test_chapters_come_from_the_toc_in_reading_order() -> None:
     chapters = book_chapters(REPO_ROOT)
     assert [c.name for c in chapters] == ["01_state", "02_memory", "03_graphs", "04_concurrency",
-                                          "05_prefill", "06_decode", "07_frontier", "08_trust"]
-    assert [c.number for c in chapters] == list(range(1, 9))
+                                          "05_prefill", "06_decode", "07_frontier", "08_trust",
+                                          "09_plan"]
+    assert [c.number for c in chapters] == list(range(1, 10))
     assert all(c.source is None or c.source.is_file() for c in chapters)
 
 
@@ -466,7 +467,7 @@ def test_a_failing_chapter_leaves_the_others_and_a_clear_report(
     assert expected in captured.err and expected.split(" ", 1)[1] in captured.out
     assert "04_later missing: notebooks/04_later.md is listed in _toc.yml" in captured.err
     # the other chapters ran and their notebooks are there; so is the failed one, error included
-    assert sorted(p.name for p in out.iterdir()) == ["01_alpha.ipynb", "02_beta.ipynb", "03_gamma.ipynb",
+    assert sorted(p.name for p in out.iterdir()) == ["01_alpha.ipynb", "02_beta.ipynb", "03_gamma.ipynb", "plan",
                                                     "summary.json", "summary.md"]
     alpha = json.loads(_outputs(out / "01_alpha.ipynb"))
     assert alpha == {"model": "qwen3-next-80b-a3b", "isl": 4096, "points": 3, "cwd": str(book / "notebooks"),

@@ -8,6 +8,7 @@ benchmark data has not been generated yet.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import shlex
 import typing
@@ -29,7 +30,10 @@ PARAMS = REPO_ROOT / "data" / "params"
 
 
 def _type_name(hint: object) -> str:
-    """How a chapter must annotate a Scenario field: tuples of X are written as ``list[X]``."""
+    """How a chapter must annotate a Scenario field: tuples of X are written as ``list[X]``, a section of its own
+    (the ``plan:`` mapping, :class:`pdtune.scenario.PlanParameters`) as ``dict``, as ``Scenario.to_dict`` passes it."""
+    if dataclasses.is_dataclass(hint):
+        return "dict"
     if typing.get_origin(hint) is tuple:
         return f"list[{typing.get_args(hint)[0].__name__}]"
     return hint.__name__  # type: ignore[attr-defined]

@@ -105,8 +105,15 @@ def topology_capacity(
     vllm: str,
     num_speculative_tokens: int,
     prefix_caching: bool = False,
+    speculative_model: ModelSpec | None = None,
+    decode_context_parallel_size: int = 1,
 ) -> pd.DataFrame:
     """Requests each decode topology holds, with and without MTP: modeled weights, given overheads.
+
+    ``speculative_model`` (an EAGLE/EAGLE3 head or draft model) takes the MTP rows' place: those rows run the
+    draft with ``num_speculative_tokens``, its layers in the KV cache as ``pdtune state --speculative-model``
+    counts them (its weights are not in the waterfall; the note says so). ``decode_context_parallel_size``
+    shards every row's full-attention tokens as ``pdtune state --decode-context-parallel-size`` does.
 
     Per GPU: KV cache = requested - weights - the given overheads. Per engine (``tp`` GPUs): vLLM's max
     concurrency on one TP rank. Per deployment: that times ``dp`` engines. The article's arithmetic divides
@@ -116,7 +123,8 @@ def topology_capacity(
     """
     unsharded = plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm="0.11")
     # MTP rows only for a model that has an MTP layer to draft with.
-    ks = [0] + ([num_speculative_tokens] if num_speculative_tokens and spec.num_mtp_layers else [])
+    ks = [0] + ([num_speculative_tokens] if num_speculative_tokens and (spec.num_mtp_layers or speculative_model)
+                else [])
     rows = []
     for name in topologies:
         layout = parse_topology(name, "decode_topologies")
@@ -128,9 +136,13 @@ def topology_capacity(
                     spec, topology=name, gpu_memory_gib=gpu_memory_gib,
                     gpu_memory_utilization=gpu_memory_utilization, non_torch_gib=non_torch_gib,
                     activation_peak_gib=activation_peak_gib, cudagraph_estimate_gib=cudagraph_estimate_gib,
-                    mtp=k > 0, vllm=vllm)
+                    mtp=k > 0 and speculative_model is None, vllm=vllm)
                 plan = plan_state(spec, tp=layout.tp, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-                                  vllm=vllm, num_speculative_tokens=k, prefix_caching=prefix_caching)
+                                  vllm=vllm, num_speculative_tokens=k, prefix_caching=prefix_caching,
+                                  speculative_model=speculative_model if k else None,
+                                  decode_context_parallel_size=decode_context_parallel_size)
+                if k and speculative_model is not None:
+                    row["note"] = f"draft {speculative_model.name}, {k} tokens (its weights not counted)"
             except InputError as err:
                 row["note"] = err.message
                 rows.append(row)

@@ -38,6 +38,88 @@ RESULT_KINDS: tuple[str, ...] = ("prefill", "decode", "disagg")
 ARTICLE_PARAMETERS = "data/params/article.yaml"
 
 
+#: Interactivity floors (tokens/s per user) the workbook's plan picks for when ``plan.min_tps_per_user`` is left out.
+PLAN_FLOORS: tuple[float, ...] = (20.0, 50.0, 100.0)
+
+
+@dataclass(frozen=True)
+class PlanParameters:
+    """The workbook's ``plan:`` section: the question ``pdtune plan`` answers, with the same meaning as its flags.
+
+    ``max_gpus`` defaults to the article's NVL72 rack (a file that leaves it out gets :func:`plan_budget` of its
+    GPU, listed); ``decode_gpu`` "" the scenario's GPU;
+    ``max_ttft_ms`` and ``max_tpot_ms_p90`` None no limit; empty topology lists search every layout the model
+    admits; ``recipes`` also writes the srt-slurm recipes of every pick (``pdtune plan --recipes``).
+    """
+
+    max_gpus: int = 72
+    decode_gpu: str = ""
+    min_tps_per_user: tuple[float, ...] = PLAN_FLOORS
+    max_ttft_ms: float | None = None
+    max_tpot_ms_p90: float | None = None
+    prefill_topologies: tuple[str, ...] = ()
+    decode_topologies: tuple[str, ...] = ()
+    recipes: bool = True
+
+    @classmethod
+    def from_mapping(cls, values: Any, *, source: str = "parameters") -> PlanParameters:
+        """Names, types and ranges of every key, each error naming ``plan.<key>``."""
+        if values is None:
+            return cls()
+        if not isinstance(values, dict):
+            raise InputError(source, "plan", f"must be a mapping of plan settings, got {brief(values)}")
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            name = f"plan.{key}"
+            if key not in known:
+                raise InputError(source, name, f"unknown plan setting; known: {', '.join(sorted(known))}")
+            if key in ("max_ttft_ms", "max_tpot_ms_p90"):
+                kwargs[key] = None if value is None else _coerce(value, float, source, name)
+            elif key == "min_tps_per_user":
+                kwargs[key] = _coerce(value, tuple[float, ...], source, name)
+            elif key.endswith("_topologies"):
+                kwargs[key] = _coerce(value, tuple[str, ...], source, name)
+            else:
+                kwargs[key] = _coerce(value, typing.get_type_hints(cls)[key], source, name)
+        out = cls(**kwargs)
+        out.check(source)
+        return out
+
+    def check(self, source: str = "parameters") -> None:
+        if self.max_gpus > limits.MAX_GPUS:
+            raise InputError(source, "plan.max_gpus", f"{self.max_gpus:,} is more than the {limits.MAX_GPUS:,} "
+                                                      "pdtune accepts")
+        if self.max_gpus < 2:
+            raise InputError(source, "plan.max_gpus", "a disaggregated deployment needs at least 2 GPUs (one per "
+                                                      f"pool), got {self.max_gpus}")
+        if not self.min_tps_per_user:
+            raise InputError(source, "plan.min_tps_per_user", "the list is empty; leave the key out for the "
+                                                              "default floors")
+        for name, values in (("min_tps_per_user", self.min_tps_per_user),
+                             ("max_ttft_ms", (self.max_ttft_ms,)), ("max_tpot_ms_p90", (self.max_tpot_ms_p90,))):
+            if len(values) > MAX_LIST:
+                raise InputError(source, f"plan.{name}", f"{len(values):,} entries are more than the {MAX_LIST:,} "
+                                                          "pdtune accepts")
+            for v in values:
+                if v is not None and not (math.isfinite(v) and 0 < v <= limits.MAX_MEASURE):
+                    raise InputError(source, f"plan.{name}", f"must be a positive finite number, got {v:g}")
+        for name in ("prefill_topologies", "decode_topologies"):
+            if len(getattr(self, name)) > MAX_LIST:
+                raise InputError(source, f"plan.{name}", f"more than the {MAX_LIST:,} entries pdtune accepts")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def plan_budget(gpu: str) -> int:
+    """The GPU budget a plan searches when ``plan.max_gpus`` is left out: one NVLink domain of the GPU (an NVL72
+    rack), and at least two 8-GPU nodes (an HGX pair), as issue 12 plans Qwen3-235B on two H200 nodes."""
+    from pdtune.gpus import load_gpu
+
+    return max(load_gpu(gpu).nvlink_domain, 16)
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Defaults are the article's setup (Qwen3.8-2.4T on GB300, ISL/OSL 8192/1024, its start-up memory),
@@ -69,6 +151,13 @@ class Scenario:
     gpus: str = ""  # GPU counts for result files that do not record them: "24" or "prefill=8,decode=16"
     accuracy_threshold: float = 0.95
     min_tps_per_user: float = 50.0  # the SLA chapter 7 picks a configuration for
+    # A draft beside the model (EAGLE/EAGLE3 head or draft model: its layers join the KV cache, counted with
+    # num_speculative_tokens) and decode context parallelism: as `pdtune state --speculative-model
+    # --decode-context-parallel-size` count them. "" / 1: none.
+    speculative_model: str = ""
+    decode_context_parallel_size: int = 1
+    calibration: str = ""  # a `pdtune calibrate` file: the factors the plan predicts the calibrated GPU with
+    plan: PlanParameters = PlanParameters()  # the `pdtune plan` question chapter 9 answers (see PlanParameters)
     title: str = field(default="", compare=False)  # free text shown in the workbook's summary
     # Written by the workbook, never by hand: one line per parameter the file left out (DefaultUsed.line).
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
@@ -88,7 +177,8 @@ class Scenario:
             if key not in known:
                 writable = ", ".join(k for k in known if k not in COMPUTED_FIELDS)
                 raise InputError(source, key, f"unknown parameter; known: {writable}")
-            kwargs[key] = _coerce(value, hints[key], source, key)
+            kwargs[key] = (PlanParameters.from_mapping(value, source=source) if key == "plan"
+                           else _coerce(value, hints[key], source, key))
         scenario = cls(**kwargs)
         scenario.check(source)
         return scenario
@@ -106,6 +196,14 @@ class Scenario:
                 raise InputError(source, name, f"must not be negative, got {getattr(self, name)}")
         if self.num_speculative_tokens < 0:
             raise InputError(source, "num_speculative_tokens", "must not be negative")
+        if not 1 <= self.decode_context_parallel_size <= limits.MAX_PARALLEL:
+            raise InputError(source, "decode_context_parallel_size",
+                             f"must be a whole number from 1 to {limits.MAX_PARALLEL:,}, got "
+                             f"{self.decode_context_parallel_size}")
+        if self.speculative_model.strip() and self.num_speculative_tokens < 1:
+            raise InputError(source, "num_speculative_tokens",
+                             "a speculative_model drafts num_speculative_tokens tokens per step: give at least 1")
+        self.plan.check(source)
         if any(n <= 0 for n in self.max_num_seqs):
             raise InputError(source, "max_num_seqs", "every entry must be positive")
         versions.parse(self.vllm, source)
@@ -123,7 +221,7 @@ class Scenario:
             spec = load_model(self.model)
         except InputError as exc:
             raise InputError(source, "model", f"{self.model}: {exc.field}: {exc.message}") from None
-        if self.num_speculative_tokens and spec.num_mtp_layers == 0:
+        if self.num_speculative_tokens and spec.num_mtp_layers == 0 and not self.speculative_model.strip():
             raise InputError(source, "num_speculative_tokens",
                              f"{spec.name} has no MTP layer to draft with; set num_speculative_tokens: 0")
         for name in ("prefill_topologies", "decode_topologies"):
@@ -156,7 +254,9 @@ class Scenario:
         return [self.resolve(p, base=base) for p in getattr(self, f"{kind}_results")]
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        out["plan"] = self.plan.to_dict()
+        return out
 
 
 #: Ceilings of the numeric parameters (:mod:`pdtune.limits`); every float must also be finite, since a NaN
@@ -345,6 +445,18 @@ def fill_defaults(scenario: Scenario, given: set[str] | frozenset[str], source: 
         if value != getattr(scenario, name):
             changes[name] = value
         used.append(DefaultUsed(name, value, origin, why))
+    plan_changes: dict[str, Any] = {}
+    plan_given = {key.split(".", 1)[1] for key in given if key.startswith("plan.")}
+    if "max_gpus" not in plan_given:
+        budget = plan_budget(scenario.gpu)
+        plan_changes["max_gpus"] = budget
+        used.append(DefaultUsed("plan.max_gpus", budget, "derived",
+                                f"one NVLink domain of {scenario.gpu}, and at least two 8-GPU nodes"))
+    if "min_tps_per_user" not in plan_given:
+        used.append(DefaultUsed("plan.min_tps_per_user", scenario.plan.min_tps_per_user, "pdtune",
+                                "pdtune's example interactivity floors, one pick each"))
+    if plan_changes:
+        changes["plan"] = dataclasses.replace(scenario.plan, **plan_changes)
     filled = dataclasses.replace(scenario, **changes)
     return dataclasses.replace(filled, defaults_used=tuple(u.line() for u in used))
 

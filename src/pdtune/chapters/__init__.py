@@ -12,8 +12,9 @@ notebook imports its chapter module, the domain modules and the chart builders, 
 * :mod:`.prefill` — chapter 5, prefill isolation (and the reading of an isolated sweep chapter 6 reuses);
 * :mod:`.decode` — chapter 6, decode isolation;
 * :mod:`.frontier` — chapter 7, the disaggregated frontier;
+* :mod:`.plan` — the plan chapter (``notebooks/09_plan.md``), plan before you measure;
 * :mod:`.display` — what every chapter shares: styled tables, glued numbers, formatted values.
 
-Chapter 8 (reproduce on your cluster) is prose without code cells, so it has no module. Loading a
+The Reproduce page (the book's last) is prose without code cells, so it has no module. Loading a
 scenario's benchmark results for chapters 5-7 is :mod:`pdtune.sweep`.
 """

@@ -209,3 +209,11 @@ def capacity_table(capacity: pd.DataFrame) -> pd.DataFrame:
     if not out["note"].fillna("").astype(str).str.strip().any():
         out = out.drop(columns="note")
     return out
+
+
+def draft_and_dcp(speculative_model: str, decode_context_parallel_size: int) -> dict[str, Any]:
+    """The draft model and DCP size as :func:`pdtune.capacity.topology_capacity` takes them (none: no change)."""
+    from pdtune.model import load_model
+
+    draft = load_model(speculative_model) if speculative_model.strip() else None
+    return {"speculative_model": draft, "decode_context_parallel_size": decode_context_parallel_size}

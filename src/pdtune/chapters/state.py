@@ -679,3 +679,45 @@ def state_command(plan: StatePlan, model: str | None = None) -> str:
     if plan.mamba_cache_mode is MambaCacheMode.NONE:
         words.append("--no-prefix-caching")
     return " ".join(words)
+
+
+# --- another kind beside the article's: the same arithmetic -------------------------------------------------
+
+#: The bundled model chapter 1 sets beside the article's: Jamba-1.5-Mini's Mamba1 layers are a recurrent kind
+#: the article's model does not have (Gemma-3's interleaved sliding windows when the parameters name Jamba).
+OTHER_KIND_MODEL = "jamba-1.5-mini"
+OTHER_KIND_FALLBACK = "gemma-3-27b-it"
+
+
+def other_kind_plan(spec: ModelSpec, max_model_len: int, kv_cache_dtype: str) -> StatePlan:
+    """One request of :data:`OTHER_KIND_MODEL` (or the fallback when that is the parameters' model) under
+    the current vLLM line's rules, at the chapter's request length."""
+    from pdtune.model import load_model
+    from pdtune.state import plan_state
+    from pdtune.versions import CURRENT
+
+    name = OTHER_KIND_FALLBACK if spec.name == OTHER_KIND_MODEL else OTHER_KIND_MODEL
+    other = load_model(name)
+    length = min(max_model_len, other.max_length.tokens) if other.max_length else max_model_len
+    return plan_state(other, max_model_len=length, kv_cache_dtype=kv_cache_dtype, vllm=CURRENT)
+
+
+def kind_sentence(plan: StatePlan) -> str:
+    """How :eq:`state-pages-per-request` reads for ``plan``'s model, with its own numbers."""
+    spec = plan.model
+    attention = [g for g in plan.groups if not g.kind.is_recurrent]
+    recurrent = [g for g in plan.groups if g.kind.is_recurrent]
+    kinds = sorted({kind_name(g.kind) for g in plan.groups})
+    n_attn = sum(len(g.layers) - g.padding_layers for g in attention)
+    n_rec = sum(len(g.layers) - g.padding_layers for g in recurrent)
+    text = (f"{spec.name} ({spec.kinds_summary()}) is planned by the same rules: {len(plan.groups)} KV cache groups "
+            f"of {plan.group_size} layer slots ({', '.join(kinds)}), one page size of {size_text(plan.block_bytes)} "
+            f"and {plan.block_tokens:,}-token blocks")
+    if recurrent:
+        rec = plan.recurrent_page
+        text += (f"; its {n_rec} recurrent layers hold one page each ({size_text(rec.state_bytes)} of state), its "
+                 f"{n_attn} attention layers {attention[0].blocks_per_request:,} blocks each")
+    else:
+        text += f"; its {n_attn} attention layers take {max(g.blocks_per_request for g in attention):,} blocks at most"
+    return (text + f": {plan.blocks_per_request:,} pages, {plan.bytes_per_request / MiB:,.2f} MiB per "
+            f"{plan.max_model_len:,}-token request.")

@@ -87,8 +87,9 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
         raise _with_yaml_hint(exc, values) from None
     resolved = _resolve(scenario, source.parent, source)
     check_inputs(resolved, source)
+    given = set(values) | {f"plan.{k}" for k in (values.get("plan") or {}) if isinstance(values.get("plan"), dict)}
     try:
-        resolved = fill_defaults(resolved, set(values), str(source))
+        resolved = fill_defaults(resolved, given, str(source))
     except InputError as exc:
         raise InputError(source, exc.field, exc.message) from None
     resolved.check_against_model(str(source))
@@ -128,12 +129,20 @@ def _resolve(scenario: Scenario, base: Path, source: Path) -> Scenario:
             paths.append(str(path.resolve()))
         changes[name] = tuple(paths)
     changes["model"] = _model_reference(scenario, base, source)
+    if scenario.speculative_model.strip():
+        changes["speculative_model"] = _model_reference(scenario, base, source, "speculative_model")
+    if scenario.calibration.strip():
+        path = scenario.resolve(scenario.calibration, base=base)
+        if not path.is_file():
+            raise InputError(source, "calibration", f"no such file: {scenario.calibration} (a `pdtune calibrate` "
+                                                    "output)")
+        changes["calibration"] = str(path.resolve())
     return replace(scenario, **changes)
 
 
-def _model_reference(scenario: Scenario, base: Path, source: Path) -> str:
+def _model_reference(scenario: Scenario, base: Path, source: Path, key: str = "model") -> str:
     """A bundled model stays a name (chapters print it); anything else becomes an absolute path."""
-    model = scenario.model
+    model = getattr(scenario, key).strip()
     local = Path(model).expanduser()
     bundled = (models_dir() / model / "config.json").is_file()
     if bundled and not local.is_absolute() and not (base / local).exists():
@@ -141,8 +150,8 @@ def _model_reference(scenario: Scenario, base: Path, source: Path) -> str:
     path = scenario.resolve(model, base=base)
     if not path.exists():
         bundled = ", ".join(sorted(p.parent.name for p in models_dir().glob("*/config.json")))
-        raise InputError(source, "model", f"{model!r} is neither a file or folder (relative to {base}) nor a "
-                                          f"bundled model ({bundled})")
+        raise InputError(source, key, f"{model!r} is neither a file or folder (relative to {base}) nor a "
+                                      f"bundled model ({bundled})")
     return str(path.resolve())
 
 
@@ -166,6 +175,61 @@ def check_inputs(scenario: Scenario, source: Path) -> None:
         except InputError as exc:
             raise InputError(source, "gpus", exc.message) from None
     _check_workload(scenario, spec, source)
+    _check_extras(scenario, spec, source)
+    _check_plan(scenario, spec, source)
+
+
+def _check_extras(scenario: Scenario, spec: Any, source: Path) -> None:
+    """The draft model, DCP and the calibration file, read as ``pdtune state`` and ``pdtune plan`` read them."""
+    from pdtune.perfmodel.calibrate import load_calibration
+    from pdtune.state import plan_state
+
+    draft = None
+    if scenario.speculative_model.strip():
+        try:
+            draft = load_model(scenario.speculative_model)
+        except InputError as exc:
+            raise InputError(source, "speculative_model",
+                             f"{scenario.speculative_model}: {exc.field}: {exc.message}") from None
+    if draft is not None or scenario.decode_context_parallel_size > 1:
+        try:
+            plan_state(spec, max_model_len=scenario.isl + scenario.osl, kv_cache_dtype=scenario.kv_cache_dtype,
+                       vllm=scenario.vllm, tp=scenario.decode_context_parallel_size, speculative_model=draft,
+                       num_speculative_tokens=scenario.num_speculative_tokens if draft is not None else 0,
+                       decode_context_parallel_size=scenario.decode_context_parallel_size)
+        except InputError as exc:
+            key = exc.field if exc.field in ("speculative_model", "decode_context_parallel_size",
+                                             "num_speculative_tokens") else (
+                "speculative_model" if draft is not None else "decode_context_parallel_size")
+            raise InputError(source, key, exc.message) from None
+    if scenario.calibration.strip():
+        pools = sorted({scenario.gpu.strip().lower(), (scenario.plan.decode_gpu or scenario.gpu).strip().lower()})
+        try:
+            cal = load_calibration(scenario.calibration, model=scenario.model)
+        except InputError as exc:
+            raise InputError(source, "calibration", f"{exc.source}: {exc.field}: {exc.message}") from None
+        if cal.gpu not in pools:
+            raise InputError(source, "calibration", f"{scenario.calibration} is calibrated for {cal.gpu}, not "
+                                                    f"{' or '.join(pools)} (the GPUs of this parameters file)")
+
+
+def _check_plan(scenario: Scenario, spec: Any, source: Path) -> None:
+    """The ``plan:`` section against the GPU table and the model, before anything runs (the search itself
+    runs before the first chapter, :func:`pdtune.workbook.running.run_workbook`)."""
+    from pdtune.scenario import layout_problem
+
+    p = scenario.plan
+    if p.decode_gpu.strip():
+        try:
+            load_gpu(p.decode_gpu)
+        except InputError as exc:
+            raise InputError(source, "plan.decode_gpu", exc.message) from None
+    for name in ("prefill_topologies", "decode_topologies"):
+        for text in getattr(p, name):
+            problem = layout_problem(spec, text, max_model_len=scenario.isl + scenario.osl,
+                                     kv_cache_dtype=scenario.kv_cache_dtype, vllm=scenario.vllm, source=str(source))
+            if problem:
+                raise InputError(source, f"plan.{name}", f"{text.strip()}: {problem}")
 
 
 def _check_workload(scenario: Scenario, spec: Any, source: Path) -> None:
@@ -283,7 +347,7 @@ def _first_chapters(book_root: Path) -> dict[str, str]:
 def first_chapter_of(name: str, book_root: Path = REPO_ROOT) -> str | None:
     """The first chapter (``02_memory``) whose parameters cell declares ``name``: where a value the parameters
     file left out is listed (:func:`pdtune.chapters.display.defaults_note`); None when no chapter takes it."""
-    return _first_chapters(Path(book_root)).get(name)
+    return _first_chapters(Path(book_root)).get(name.split(".", 1)[0])  # plan.max_gpus: the chapter of plan
 
 
 def chapter_parameters(names: Iterable[str], values: dict[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from pdtune.workbook.parameters import (
     read_chapter,
     read_parameters_cell,
 )
+from pdtune.workbook.planning import PLAN_DIR, scenario_plan, write_plan
 from pdtune.workbook.summary import SUMMARY_JSON, _summary, _write_summary, key_numbers
 
 
@@ -394,6 +395,8 @@ def run_workbook(
         read_yaml(book_root / "_config.yml", "_config.yml")  # one that cannot be read fails now, not at the end
     # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
     numbers = key_numbers(params.resolved)
+    # The plan's search too: a budget nothing fits stops here, naming the parameters file and plan.max_gpus.
+    planned = scenario_plan(params.resolved, params.source)
 
     values = params.values()
     cells: dict[int, ParametersCell | None] = {}
@@ -434,6 +437,7 @@ def run_workbook(
             for c in chapters
         )
         summary = _summary(numbers, params, results)
+        summary["plan"] = write_plan(staging / PLAN_DIR, planned, recipes=params.resolved.plan.recipes)
         html_build = None
         if html:
             if log:

@@ -210,6 +210,8 @@ def key_numbers(scenario: Scenario) -> KeyNumbers:
         kv_cache_dtype=scenario.kv_cache_dtype,
         vllm=scenario.vllm,
         num_speculative_tokens=scenario.num_speculative_tokens,
+        speculative_model=load_model(scenario.speculative_model) if scenario.speculative_model.strip() else None,
+        decode_context_parallel_size=scenario.decode_context_parallel_size,
     )
     rows = tuple(_engine_row(r, scenario) for r in engines.to_dict("records"))
     counts = parse_gpus(scenario.gpus, "gpus") if scenario.gpus.strip() else None
@@ -263,6 +265,10 @@ def state_command(scenario: Scenario, *, tp: int = 1, num_speculative_tokens: in
         words += ["--tp", str(tp)]
     if num_speculative_tokens:
         words += ["--num-speculative-tokens", str(num_speculative_tokens)]
+        if scenario.speculative_model.strip():
+            words += ["--speculative-model", scenario.speculative_model]
+    if kv_cache_bytes is not None and scenario.decode_context_parallel_size > 1:
+        words += ["--decode-context-parallel-size", str(scenario.decode_context_parallel_size)]
     if kv_cache_bytes is not None:
         # repr keeps every digit, so the command's bytes round back to exactly this KV cache
         words += ["--kv-cache-gib", repr(kv_cache_bytes / GiB)]
@@ -447,6 +453,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
             lines.append(f"- SLA ≥ {sla['minimum']:g} tok/s per user: no point meets it (the best reaches "
                          f"{_num(sla['best_available'])})")
         lines += ["", f"Same figures: `{front['command']}`"]
+    lines += _plan_section(s.get("plan"))
     if chapters:
         lines += ["", "## Chapters", "", "| # | chapter | status | notebook | seconds |",
                   "|---:|---|---|---|---:|"]
@@ -460,6 +467,31 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
     if s.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _plan_section(plan: dict[str, Any] | None) -> list[str]:
+    """The plan's picks and the files written for them (``pdtune plan`` for this file's ``plan:`` section)."""
+    if not plan:
+        return []
+    pools = plan["prefill_gpu"] if plan["prefill_gpu"] == plan["decode_gpu"] else (
+        f"prefill on {plan['prefill_gpu']}, decode on {plan['decode_gpu']}")
+    c = plan["candidates"]
+    lines = ["", "## Plan", "",
+             f"{_tag(plan['modeled'])}: `pdtune plan` of {plan['model']} on {pools}, at most {plan['max_gpus']} GPUs, "
+             f"ISL/OSL {plan['isl']}/{plan['osl']}, vLLM {plan['vllm']}: {c['prefill']} prefill and {c['decode']} "
+             f"decode candidates, {_num(plan['feasible_rows'])} rate-matched deployments, searched in "
+             f"{plan['seconds']:.1f} s. Written to `{plan['file']}` (what `pdtune recipe` reads).", ""]
+    for pick in plan["picks"]:
+        if pick["met"]:
+            files = ", ".join(f"`{r}`" for r in pick.get("recipes") or []) or "none written (`plan.recipes: false`)"
+            lines.append(f"- {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
+                         f"GPUs at concurrency {pick['concurrency']}: {_num(pick['tps_per_gpu'])} tok/s per GPU, "
+                         f"{_num(pick['tps_per_user'])} tok/s per user, TTFT {_num(pick['ttft_ms_p50'], 0)} ms "
+                         f"({pick['kv_transfer_share']:.1%} KV transfer); recipes: {files}")
+        else:
+            lines.append(f"- {pick['sla']}: nothing meets it; the closest is {pick['deployment']} (row "
+                         f"{pick['row']}): {_num(pick['tps_per_user'])} tok/s per user")
+    return lines
 
 
 def _defaults_section(lines: Sequence[str]) -> list[str]:

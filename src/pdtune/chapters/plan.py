@@ -1,0 +1,225 @@
+"""Chapter 9, plan before you measure: the frames, sentences and worked numbers the chapter prints.
+
+The search is :func:`pdtune.plan.plan` with the settings :func:`pdtune.workbook.planning.plan_settings` makes of
+the chapter's parameters (the workbook plans the same way and writes ``plan/plan.json``); the KV transfer is
+:mod:`pdtune.transfer`; the recipes are :mod:`pdtune.recipe`. Every number here is a prediction of the
+performance model (modeled), never a measurement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from pdtune import article
+from pdtune.errors import InputError
+from pdtune.frontier import sla_pick, upper_envelope
+from pdtune.plan import Plan, Sla, picks_sentence
+from pdtune.recipe import row_recipes, serve_script
+from pdtune.transfer import NVLINK, SCALE_OUT, link_table, load_link
+from pdtune.units import MiB
+from pdtune.workbook.planning import Planned, plan_settings, plan_slas, timed_plan
+
+#: The article's GPU (a GB300 NVL72 rack), whose NVLink the worked number uses.
+ARTICLE_GPU = "gb300"
+
+__all__ = ["plan_settings", "plan_slas", "timed_plan"]
+
+
+def search_frame(planned: Planned) -> pd.DataFrame:
+    """Per pool: its GPU, the layouts kept as candidates, rejected and pruned, and where their sweeps come from."""
+    frame = planned.plan.search_summary()
+    return frame.rename(columns={"network_charged": "over the network"})
+
+
+def search_numbers(planned: Planned) -> dict[str, Any]:
+    """What the prose says about the search: candidates, rejections, rows, frontier, seconds."""
+    c = planned.plan.counts
+    return {"prefill": c["prefill_candidates"], "decode": c["decode_candidates"], "rejected": c["rejected"],
+            "pruned": c["pruned"], "matched": c["rate_matched_rows"], "rows": c["feasible_rows"],
+            "frontier": c["frontier_rows"], "seconds": round(planned.seconds, 1),
+            "max-gpus": planned.plan.settings.max_gpus, "charged": c["rows_network_charged"]}
+
+
+def search_sentence(planned: Planned) -> str:
+    n = search_numbers(planned)
+    p = planned.plan
+    pools = (p.prefill_gpu.name if not p.settings.mixed
+             else f"{p.prefill_gpu.name} (prefill) and {p.decode_gpu.name} (decode)")
+    return (f"On at most {n['max-gpus']} {pools} GPUs, {p.spec.name} admits {n['prefill']} prefill and "
+            f"{n['decode']} decode candidates ({n['rejected']} layouts rejected, {n['pruned']} beaten by another "
+            f"of the same size); rate matching gives {n['rows']:,} deployments that fit the budget, "
+            f"{n['frontier']} of them on the frontier, in {n['seconds']:.1f} s of search on this machine.")
+
+
+PICK_COLUMNS = ["sla", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
+                "kv_transfer_share"]
+
+#: Shares of TTFT as percentages, in the chapter's tables.
+SHARE_FORMATS = {"kv_transfer_share": ".1%", "share_of_ttft_min": ".1%", "share_of_ttft_max": ".1%"}
+
+
+def picks_frame(p: Plan) -> pd.DataFrame:
+    """One row per SLA: the pick (or, when nothing meets it, the closest row, marked)."""
+    rows = []
+    for pick in p.picks:
+        k = pick.row if pick.met else pick.closest_row
+        r = p.row(k)  # type: ignore[arg-type]
+        text = pick.sla.describe().replace(" tokens/s per user", " tok/s/user")
+        rows.append({"sla": text + ("" if pick.met else " (closest)"),
+                     **{c: r[c] for c in PICK_COLUMNS[1:]}})
+    return pd.DataFrame(rows, columns=PICK_COLUMNS)
+
+
+def frontier_frame(p: Plan) -> pd.DataFrame:
+    cols = ["row", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
+            "kv_transfer_ms", "picked_for"]
+    return p.frontier[cols].reset_index(drop=True)
+
+
+def pick_sentences(p: Plan) -> str:
+    return " ".join(picks_sentence(p, pick) + "." for pick in p.picks)
+
+
+def middle_pick(p: Plan, sla: Sla | None = None) -> dict[str, Any] | None:
+    """The pick of the middle SLA that is met (the one the chapter writes recipes for), or of ``sla``, as a
+    plain row; None when it is not met."""
+    met = [pick for pick in p.picks if pick.met and (sla is None or pick.sla == sla)]
+    if not met:
+        return None
+    return p.row(met[len(met) // 2].row)  # type: ignore[arg-type]
+
+
+def middle_sla(p: Plan) -> Sla | None:
+    met = [pick for pick in p.picks if pick.met]
+    return met[len(met) // 2].sla if met else None
+
+
+def ends_sentence(p: Plan) -> str:
+    """The frontier's two ends; beside the article's measured headline only for the article's model."""
+    ends = p.ends()
+    if not ends:
+        return "The plan has no frontier."
+    top, fast = ends["throughput"], ends["latency"]
+    text = (f"The modeled frontier runs from {top['tps_per_gpu']:,.0f} total tokens/s per GPU ({top['deployment']}) "
+            f"to {fast['tps_per_user']:,.1f} tokens/s per user ({fast['deployment']})")
+    if p.spec.name == article.MODEL:
+        c = article.constants()
+        text += (f"; the article measured {c['headline_tps_per_gpu']:,.0f} and {c['headline_tps_per_user']:,.0f} "
+                 "on its own seven configurations")
+    return text + "."
+
+
+# --- the KV transfer -------------------------------------------------------------------------------------
+
+
+def article_request_bytes() -> int:
+    """The article's state per request (its 759 MiB), computed by :mod:`pdtune.state` as chapter 1 does."""
+    return article.article_plan().bytes_per_request
+
+
+def link_worked(n_bytes: int) -> dict[str, Any]:
+    """``n_bytes`` over the article GPU's NVLink and over a 400 Gb/s NIC (the ConnectX-7 of the HGX and GB200
+    tables): bandwidths, latencies and milliseconds, from ``data/gpus``."""
+    nvlink = load_link(ARTICLE_GPU, NVLINK)
+    nic = next(r for r in link_table(n_bytes) if r["scope"] == SCALE_OUT and r["bandwidth_gb_s"] * 8 == 400)
+    return {"mib": n_bytes / MiB, "nvlink-name": nvlink.name, "nvlink-gb-s": nvlink.bandwidth / 1e9,
+            "nvlink-us": nvlink.latency_s * 1e6, "nvlink-ms": 1000 * nvlink.seconds(n_bytes),
+            "nic-name": f"{nic['name']} ({nic['gpu']})", "nic-gb-s": nic["bandwidth_gb_s"],
+            "nic-gbit": nic["bandwidth_gb_s"] * 8, "nic-us": nic["latency_us"], "nic-ms": nic["ms"],
+            "ratio": nic["ms"] / (1000 * nvlink.seconds(n_bytes))}
+
+
+def share_numbers(worked: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
+    """The two transfer times as shares of a TTFT: the pick's prefill time plus the transfer."""
+    if row is None:
+        return {"prefill-ms": float("nan"), "nvlink-share": float("nan"), "nic-share": float("nan")}
+    base = float(row["prefill_ttft_ms"])
+    return {"prefill-ms": base, "deployment": row["deployment"],
+            "nvlink-share": worked["nvlink-ms"] / (base + worked["nvlink-ms"]),
+            "nic-share": worked["nic-ms"] / (base + worked["nic-ms"])}
+
+
+#: The link a row's KV cache crosses (``kv_link``), in words.
+LINK_WORDS = {NVLINK: "NVLink", SCALE_OUT: "the scale-out network"}
+
+
+def transfer_table(p: Plan) -> pd.DataFrame:
+    """Per prefill -> decode layout pair of the table: bytes moved, link, time and its share of TTFT."""
+    frame = p.transfer_frame()
+    return frame.drop(columns=[c for c in ("mtp_tokens",) if c in frame.columns])
+
+
+def transfer_sentence(p: Plan) -> str:
+    t = p.table
+    lo, hi = float(t["kv_transfer_share"].min()), float(t["kv_transfer_share"].max())
+    links = " and ".join(LINK_WORDS[k] for k in sorted(set(t["kv_link"])))
+    return (f"In this plan the transfer takes {t['kv_transfer_ms'].min():.2f} to {t['kv_transfer_ms'].max():.2f} ms "
+            f"over {links}: {lo:.1%} to {hi:.1%} of the TTFT of the rows shown.")
+
+
+# --- mixed pools -----------------------------------------------------------------------------------------
+
+
+def mixed_partner(gpu: str) -> str:
+    """The other GPU kind of the chapter's mixed pool: prefill on a B200 (an H200 when the set's GPU is one)."""
+    return "h200" if gpu.strip().lower() == "b200" else "b200"
+
+
+def mixed_plan(settings_kwargs: dict[str, Any], slas: list[Sla], gpu: str) -> Planned | str:
+    """The same question with prefill on :func:`mixed_partner` and decode on ``gpu``; a sentence when the
+    budget holds no such deployment."""
+    partner = mixed_partner(gpu)
+    try:
+        return timed_plan(plan_settings(**settings_kwargs, prefill_gpu=partner, decode_gpu=gpu), slas)
+    except InputError as exc:
+        return f"Prefill on {partner} and decode on {gpu} cannot be planned here: {exc.message}."
+
+
+def mixed_sentence(single: Plan, mixed: Planned | str) -> str:
+    if isinstance(mixed, str):
+        return mixed
+    m = mixed.plan
+    sla = middle_sla(single)
+    a, b = middle_pick(single), middle_pick(m, sla) if sla is not None else None
+    if a is None or b is None:
+        return "No SLA is met by both plans, so there is no pick to compare."
+    pools = (f"both pools on {single.prefill_gpu.name}" if not single.settings.mixed
+             else f"prefill on {single.prefill_gpu.name} and decode on {single.decode_gpu.name}")
+    return (f"With prefill on {m.prefill_gpu.name} and decode on {m.decode_gpu.name}, the pick for "
+            f"{sla.describe()} "
+            f"is {b['deployment']} at {b['tps_per_gpu']:,.0f} tokens/s per GPU, against {a['tps_per_gpu']:,.0f} "
+            f"with {pools}; its KV cache crosses {LINK_WORDS[b['kv_link']]} in {b['kv_transfer_ms']:.1f} ms, "
+            f"{b['kv_transfer_share']:.1%} of its TTFT.")
+
+
+# --- recipes ---------------------------------------------------------------------------------------------
+
+
+def recipe_texts(p: Plan, row: dict[str, Any]) -> dict[str, str]:
+    """The deployment recipe of ``row`` (srt-slurm YAML) and the same engines as ``vllm serve`` commands."""
+    data = p.to_dict()
+    deploy = row_recipes(data, row)[0]
+    return {"file": deploy.file_name, "yaml": deploy.text(), "serve": serve_script(data, row)}
+
+
+def serve_lines(script: str) -> str:
+    """The ``vllm serve`` lines of a serve script (what the chapter prints)."""
+    return "\n".join(line for line in script.splitlines() if line.startswith("vllm serve"))
+
+
+# --- exercises -------------------------------------------------------------------------------------------
+
+
+def pick_with_ttft(p: Plan, floor: float, max_ttft_ms: float) -> str:
+    """The best row of an already searched plan for a floor and a TTFT limit (no new search)."""
+    sla = Sla(floor, max_ttft_ms)
+    rows = p.rows[sla.meets_latency(p.rows)]
+    if not len(rows):
+        return f"No row has a TTFT within {max_ttft_ms:,.0f} ms."
+    pick = sla_pick(upper_envelope(rows), min_tps_per_user=floor)
+    if not pick.met:
+        return f"No row within {max_ttft_ms:,.0f} ms reaches {floor:g} tokens/s per user."
+    return (f"{pick.deployment}: {pick.tps_per_gpu:,.0f} tokens/s per GPU at {pick.tps_per_user:.1f} tokens/s per "
+            f"user, within TTFT {max_ttft_ms:,.0f} ms")
