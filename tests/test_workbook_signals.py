@@ -97,10 +97,15 @@ class Run:
         self.parent.mkdir(exist_ok=True)
         self.out = self.parent / "wb"
         env = {**os.environ, self.marker: "1", "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [str(PDTUNE), "workbook", str(self.params), "--out", str(self.out), "--book", str(self.book),
-             "--quiet", "--jobs", "2", "--force"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        # Output to files, not pipes: a shell waits for the command itself, not for every process that
+        # inherited its stdout (a kernel takes up to a second to notice its worker died; leftovers() checks them).
+        n = len(list(tmp_path.glob("stdout-*")))
+        self.stdout_file, self.stderr_file = tmp_path / f"stdout-{n}", tmp_path / f"stderr-{n}"
+        with self.stdout_file.open("w") as out, self.stderr_file.open("w") as err:
+            self.proc = subprocess.Popen(
+                [str(PDTUNE), "workbook", str(self.params), "--out", str(self.out), "--book", str(self.book),
+                 "--quiet", "--jobs", "2", "--force"],
+                env=env, stdout=out, stderr=err, text=True, start_new_session=True)
 
     def wait_for_kernels(self, count: int = 2) -> None:
         running = wait_for(lambda: len([c for _, c in marked_processes(self.marker) if "ipykernel" in c]) >= count,
@@ -108,8 +113,9 @@ class Run:
         assert running, f"no kernels started: {marked_processes(self.marker)}"
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, out, err
+        """Exit status, stdout and stderr once the command itself has exited."""
+        code = self.proc.wait(timeout=timeout)
+        return code, self.stdout_file.read_text(), self.stderr_file.read_text()
 
     def leftovers(self, timeout: float = 15) -> list[tuple[int, str]]:
         """The run's processes still alive after ``timeout`` seconds (kernels poll their parent each second)."""
