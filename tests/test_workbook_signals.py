@@ -114,7 +114,13 @@ class Run:
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:
         """Exit status, stdout and stderr once the command itself has exited."""
-        code = self.proc.wait(timeout=timeout)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # say where it stands: what it printed, its signal masks, its children
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+            raise AssertionError(f"still running after {timeout} s; stderr: {self.stderr_file.read_text()!r}; "
+                                 f"{masks}; processes: {marked_processes(self.marker)}") from None
         return code, self.stdout_file.read_text(), self.stderr_file.read_text()
 
     def leftovers(self, timeout: float = 15) -> list[tuple[int, str]]:
