@@ -34,6 +34,11 @@ pytestmark = [pytest.mark.xdist_group("workbook-signals"), pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc to find the run's processes")]
 
 PDTUNE = Path(sys.executable).parent / "pdtune"
+#: Start the command with SIGINT and SIGQUIT at their defaults, as a terminal's foreground job has them, then
+#: exec it (same pid). A test run launched as a background job of a shell without job control inherits them
+#: ignored, and so would the command: it then rightly ignores Ctrl-C, which is not what these tests are about.
+AS_IN_A_TERMINAL = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, "
+                    "signal.SIGQUIT)]; os.execv(sys.argv[1], sys.argv[1:])")
 SIGINT_BOUND_S = 5.0
 SLEEPY = HEADER + textwrap.dedent("""\
     # A chapter that takes its time
@@ -103,8 +108,8 @@ class Run:
         self.stdout_file, self.stderr_file = tmp_path / f"stdout-{n}", tmp_path / f"stderr-{n}"
         with self.stdout_file.open("w") as out, self.stderr_file.open("w") as err:
             self.proc = subprocess.Popen(
-                [str(PDTUNE), "workbook", str(self.params), "--out", str(self.out), "--book", str(self.book),
-                 "--quiet", "--jobs", "2", "--force"],
+                [sys.executable, "-c", AS_IN_A_TERMINAL, str(PDTUNE), "workbook", str(self.params), "--out",
+                 str(self.out), "--book", str(self.book), "--quiet", "--jobs", "2", "--force"],
                 env=env, stdout=out, stderr=err, text=True, start_new_session=True)
 
     def wait_for_kernels(self, count: int = 2) -> None:

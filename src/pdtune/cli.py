@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import signal
 import sys
@@ -68,18 +67,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signum
 
 
-def entry() -> None:  # pragma: no cover - the console script
-    """``pdtune`` as installed: :func:`main`, then exit. After an interrupt every clean-up has run while the
-    exception unwound (staging removed, workers killed), so the process ends at once instead of waiting in the
-    interpreter's exit for helper threads of killed worker pools (concurrent.futures joins them without a
-    timeout, and one waiting on a dead worker's pipe never returns)."""
-    code = main()
-    if code > 128:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    raise SystemExit(code)
-
-
 if __name__ == "__main__":  # pragma: no cover
-    entry()
+    raise SystemExit(main())
