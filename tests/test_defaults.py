@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pdtune.model import bundled_models
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
 from pdtune.perfmodel.defaults import SILICON_GPUS, gpu_defaults
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from pdtune.errors import InputError
 from pdtune.model import LayerKind, bundled_models, load_model, spec_from_config
-from pdtune.params import count_parameters, weight_bytes
+from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.units import GiB
 
 BUNDLED = ["qwen3.8-2.4t", "qwen3-next-80b-a3b", "deepseek-v3", "llama-3.1-70b", "nemotron-nano-9b-v2", "gpt-oss-120b"]

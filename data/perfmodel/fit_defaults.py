@@ -2,7 +2,7 @@
 
     .venv/bin/python data/perfmodel/fit_defaults.py
 
-For H100, H200, B200 and B300: the factors of :class:`pdtune.perfmodel.calibration.Efficiency` fitted
+For H100, H200, B200 and B300: the factors of :class:`pdtune.perfmodel.efficiency.Efficiency` fitted
 (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`) on every vLLM aggregated row of aiconfigurator's silicon
 sample (``data/clusters/aiconfigurator-silicon/``) whose model is a bundled one, measured on a GPU of the same
 architecture (H100 with H200, B200 with B300: one fit each). GB200 and GB300 keep the article-tuned factors. The fit is deterministic; ``tests/test_validation.py`` checks that the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.defaults import (
     SILICON_GPUS,
     GpuDefaults,

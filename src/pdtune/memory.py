@@ -21,7 +21,7 @@ from enum import StrEnum
 from pdtune.errors import InputError
 from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP, bound
 from pdtune.model import ModelSpec
-from pdtune.params import count_parameters, weight_bytes
+from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.units import GiB, MiB, cdiv
 from pdtune.versions import at_least
 

@@ -203,7 +203,7 @@ def expert_kernel(weights: WeightFormat, *, native_fp4: bool) -> str:
     without FP4 tensor cores: dequantized to BF16 in the kernel, as vLLM's Marlin and triton MoE paths do).
 
     The efficiency of a grouped GEMM is its kernel's, so the performance model keeps one per family and GPU
-    (:meth:`pdtune.perfmodel.calibration.Efficiency.expert_fractions`).
+    (:meth:`pdtune.perfmodel.efficiency.Efficiency.expert_fractions`).
     """
     family = _formats(weights)[1].family
     if family == "int4" or (family == "fp4" and not native_fp4):

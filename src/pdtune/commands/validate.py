@@ -16,7 +16,7 @@ from pdtune.limits import MAX_GPUS
 from pdtune.io import plain
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel.calibrate import Calibration, load_calibration
-from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.fit import deployment_key
 from pdtune.perfmodel.validation import METRICS, Selection, error_summary, select_rows, validate_rows

@@ -1,7 +1,7 @@
 """What pdtune keeps of a model: the layer stack, each layer's state shape, and its weights.
 
 Every class here is a small frozen record built by :mod:`pdtune.model.families` from a ``config.json``;
-the state planner (:mod:`pdtune.state`) and the parameter count (:mod:`pdtune.params`) read them.
+the state planner (:mod:`pdtune.state`) and the parameter count (:mod:`pdtune.paramcount`) read them.
 """
 
 from __future__ import annotations

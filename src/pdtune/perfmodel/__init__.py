@@ -11,7 +11,7 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.sweeps` — closed-loop concurrency sweeps and the disaggregated rate balance;
 * :mod:`.aggregated` — one vLLM server prefilling and decoding at once (chunked prefill, cohorts, the budget);
 * :mod:`.network` — what a collective costs inside one NVLink domain and beyond it;
-* :mod:`.calibration` — the global efficiency factors and the MTP acceptance rate;
+* :mod:`.efficiency` — the global efficiency factors and the MTP acceptance rate;
 * :mod:`.defaults` — the factors each GPU uses by default, and their source;
 * :mod:`.validation` — predicted beside measured for every matching result row, and the error summaries;
 * :mod:`.fit`, :mod:`.calibrate`, :mod:`.heldout` — fitting the factors on measured sweeps, holding out whole
@@ -21,7 +21,7 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 """
 
 from pdtune.perfmodel.aggregated import AggPlan, agg_plan, predict_agg, serving_defaults
-from pdtune.perfmodel.calibration import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
 from pdtune.perfmodel.inferencex import inferencex_check

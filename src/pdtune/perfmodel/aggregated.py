@@ -43,7 +43,7 @@ the decode sweep
 other (no micro-batch overlap in aggregated serving).
 
 Each point is kept as a :class:`AggPlan`: TTFT and TPOT as weighted sums of step times of fixed batches, so
-:meth:`AggPlan.evaluate` re-times a point for any :class:`~pdtune.perfmodel.calibration.Efficiency` without
+:meth:`AggPlan.evaluate` re-times a point for any :class:`~pdtune.perfmodel.efficiency.Efficiency` without
 solving it again. Every number is **modeled**.
 """
 
@@ -57,7 +57,7 @@ from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.memory import vllm_default_max_num_batched_tokens
 from pdtune.model import ModelSpec
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
 from pdtune.perfmodel.sweeps import Prediction, _check_concurrencies
 from pdtune.state import plan_state

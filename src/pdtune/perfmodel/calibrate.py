@@ -36,7 +36,7 @@ from pdtune.guarded import read_yaml
 from pdtune.gpus import GpuSpec
 from pdtune.io import atomic_write_text
 from pdtune.model import ModelSpec
-from pdtune.perfmodel.calibration import FACTORS, Efficiency
+from pdtune.perfmodel.efficiency import FACTORS, Efficiency
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency, split_deployments
 from pdtune.perfmodel.validation import error_summary, model_key, validate_rows

@@ -1,7 +1,7 @@
 """What one token costs a model, layer by layer: matmul FLOPs, weight bytes, attention and recurrent work.
 
 Everything here is a property of the model alone (no GPU, no topology). The matmul parameters come from
-:func:`pdtune.params.count_parameters`, so the bytes a GPU streams are the same bytes the memory waterfall
+:func:`pdtune.paramcount.count_parameters`, so the bytes a GPU streams are the same bytes the memory waterfall
 loads; the per-layer split divides each component's total over the layers that carry it.
 
 The non-matmul work per layer:
@@ -22,7 +22,7 @@ from fractions import Fraction
 from functools import cache
 
 from pdtune.model import LayerKind, ModelSpec
-from pdtune.params import ParameterCount, count_parameters
+from pdtune.paramcount import ParameterCount, count_parameters
 from pdtune.precision import math_format
 
 #: GatedDeltaNet chunk length of the chunked prefill kernels (``chunk_gated_delta_rule``, BT = 64).

@@ -1,9 +1,9 @@
 """Which factors a prediction uses when no calibration file is given, GPU by GPU, and where they came from.
 
 ``data/perfmodel/defaults.csv`` holds one row per GPU with the factors of
-:class:`~pdtune.perfmodel.calibration.Efficiency` and a ``source`` column:
+:class:`~pdtune.perfmodel.efficiency.Efficiency` and a ``source`` column:
 
-* ``article``: GB300 and GB200 keep the article-tuned :data:`~pdtune.perfmodel.calibration.DEFAULT_EFFICIENCY`
+* ``article``: GB300 and GB200 keep the article-tuned :data:`~pdtune.perfmodel.efficiency.DEFAULT_EFFICIENCY`
   (the book's modeled GB300 dataset and the InferenceX check were made with it);
 * ``silicon``: H100, H200, B200 and B300 use factors fitted on aiconfigurator's public vLLM measurements
   (``data/clusters/aiconfigurator-silicon/``), every bundled model measured on a GPU of the same architecture
@@ -31,7 +31,7 @@ from pdtune.guarded import bundled, read_csv
 from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, FACTORS, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, FACTORS, Efficiency
 from pdtune.perfmodel.fit import PRIOR, Problem, fit_efficiency
 from pdtune.perfmodel.validation import model_key, select_rows
 

@@ -47,7 +47,7 @@ from pdtune.gpus import GpuSpec
 from pdtune.memory import Waterfall, weights_per_gpu
 from pdtune.model import LayerKind, ModelSpec
 from pdtune.paths import article_dir
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
 from pdtune.perfmodel.network import group_bandwidth, scale_out_latency
 from pdtune.precision import expert_kernel

@@ -28,7 +28,7 @@ from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.aggregated import agg_plan
-from pdtune.perfmodel.calibration import EXPERT_KERNELS, KERNEL_FACTORS, Efficiency
+from pdtune.perfmodel.efficiency import EXPERT_KERNELS, KERNEL_FACTORS, Efficiency
 from pdtune.perfmodel.engine import KINDS
 from pdtune.perfmodel.validation import (
     CompiledPoint,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
 from pdtune.perfmodel.validation import METRICS, _stats, validate_rows

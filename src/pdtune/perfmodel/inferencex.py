@@ -31,7 +31,7 @@ from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.paths import clusters_dir
-from pdtune.perfmodel.calibration import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.sweeps import predict_disagg
 from pdtune.topology import Deployment, Topology
 

@@ -23,7 +23,7 @@ from functools import cache
 
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
-from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.transfer import SCALE_OUT, load_link
 
 #: The scale-out latency of a GPU that ``links.csv`` does not list: the one every listed GPU has.

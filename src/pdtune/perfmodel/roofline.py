@@ -22,7 +22,7 @@ import pandas as pd
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
 from pdtune.perfmodel.costs import model_costs
 from pdtune.perfmodel.engine import Batch, EngineConfig, build_engine
 from pdtune.results.schema import empty_frame

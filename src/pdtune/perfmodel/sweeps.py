@@ -41,7 +41,7 @@ import pandas as pd
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
-from pdtune.perfmodel.calibration import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
 from pdtune.topology import Deployment, Topology
 from pdtune.transfer import Transfer, pool_link, request_transfer

@@ -28,7 +28,7 @@ from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.aggregated import AggPlan, agg_config, agg_plan, agg_prediction
-from pdtune.perfmodel.calibration import Efficiency
+from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTerms, build_engine
 from pdtune.perfmodel.sweeps import Prediction, predict_decode, predict_disagg, predict_prefill
 from pdtune.precision import requantized, served_weights

@@ -31,7 +31,7 @@ The lines that change the article's hybrid arithmetic:
 From 0.26 sliding-window and chunked-local layers hold two scheduler batches instead of one (see above).
 The modules: :mod:`~pdtune.state.specs` (one frozen spec per kind with ``page_size_bytes``),
 :mod:`~pdtune.state.dtypes` (every KV cache dtype), :mod:`~pdtune.state.layers` (each layer's spec on one
-TP rank), :mod:`~pdtune.state.planner` (block size, alignment, groups) and :mod:`~pdtune.state.plan` (the
+TP rank), :mod:`~pdtune.state.planner` (block size, alignment, groups) and :mod:`~pdtune.state.kvcache` (the
 result).
 
 Why the current line reserves more than the article: with MTP, every recurrent layer keeps ``1 + spec``
@@ -41,7 +41,7 @@ attention group. The article's 759 MiB is the TP=1, no-MTP, no-prefix-caching ca
 
 from pdtune.state.dtypes import FIRST_VERSION as KV_CACHE_DTYPES
 from pdtune.state.dtypes import KVDtype, kv_dtype
-from pdtune.state.plan import Capacity, KVCacheGroup, Speculation, StatePlan
+from pdtune.state.kvcache import Capacity, KVCacheGroup, Speculation, StatePlan
 from pdtune.state.planner import (
     FLASHINFER_GDN_CHECKPOINT_TOKENS,
     KERNEL_BLOCK_TOKENS,

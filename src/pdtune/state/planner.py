@@ -26,7 +26,7 @@ from pdtune.errors import InputError
 from pdtune.model.spec import CacheLayer, LayerKind, ModelSpec
 from pdtune.state.dtypes import KVDtype, kv_dtype
 from pdtune.state.layers import Slot, attention_page, draft_layers, recurrent_page, target_layers
-from pdtune.state.plan import KVCacheGroup, Speculation, StatePlan
+from pdtune.state.kvcache import KVCacheGroup, Speculation, StatePlan
 from pdtune.state.semantics import MambaCacheMode, Semantics
 from pdtune.state.specs import AttentionPage, MLAPage, PageSpec, RecurrentPage, RequestShape
 from pdtune.units import cdiv
