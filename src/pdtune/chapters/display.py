@@ -212,10 +212,11 @@ class _Html:
 
 
 def note(text: str, *, kind: str = "") -> _Html:
-    """One computed sentence as a paragraph of the page (``kind`` "important" or "attention" boxes it)."""
-    import html
+    """One computed sentence as a paragraph of the page (``kind`` "important" or "attention" boxes it); its
+    ```code``` spans become code."""
+    from pdtune.site.render import code_spans
 
-    body = f'<p class="pdtune-note">{html.escape(text)}</p>'
+    body = f'<p class="pdtune-note">{code_spans(text)}</p>'
     if kind:
         body = f'<div class="admonition {kind} pdtune-note-box">{body}</div>'
     return _Html(body, text)
@@ -230,6 +231,8 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     """
     import html
 
+    from pdtune.site.render import code_spans
+
     if not lines:
         return None
     from pdtune.scenario import default_name
@@ -242,7 +245,7 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     title = (f"Not from your parameters file: {len(mine)} values, {carried} of them carried over from the "
              "article's setup")
     items = "".join(f"<li><code>{html.escape(default_name(line))}</code> = "
-                    f"{html.escape(line.split(' = ', 1)[1])}</li>" for line in mine)
+                    f"{code_spans(line.split(' = ', 1)[1])}</li>" for line in mine)
     markup = (f'<div class="admonition attention pdtune-defaults"><p class="admonition-title">'
               f"{html.escape(title)}</p><ul>{items}</ul></div>")
     return _Html(markup, title + ":\n" + "\n".join(f"- {line}" for line in mine))
@@ -263,6 +266,16 @@ def plain(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def glue_markdown(key: str, text: str) -> None:
+    """Glue a generated sentence as Markdown (not displayed), for ``{glue:md}`key` ``: its ```code``` spans
+    and links render as such. A sentence glued with ``{glue:text}`` is shown as plain text, backticks and
+    all, so a sentence holding code must come through here."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+
+    glue(key, Markdown(text), display=False)
 
 
 def glue_numbers(prefix: str, numbers: Mapping[str, Any]) -> None:

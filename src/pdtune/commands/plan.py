@@ -68,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shared_flag(p, "model")
+    shared_flag(p, "--weights")
     p.add_argument("--gpu", required=True,
                    help="GPU of the prefill pool, and of decode (data/gpus/gpus.csv lists them)")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         decode_topologies=args.decode_topologies, calibration=tuple(args.calibration),
         speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens,
         decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
+        weights=args.weights or "",
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,

@@ -172,6 +172,7 @@ class PlanSettings:
     num_speculative_tokens: int = 0  # the draft's tokens (MTP candidates use ``mtp_tokens``)
     decode_context_parallel_size: int = 1  # decode engines only
     tpot_p90_factor: float | None = None  # None: the measured p99/p50 ratio (:func:`tpot_p90_rule`)
+    weights: str = ""  # the checkpoint's weight format when its config says another (pdtune.precision); "": the config's
 
     def __post_init__(self) -> None:
         if isinstance(self.calibration, str):

@@ -14,6 +14,7 @@ from pdtune.errors import InputError
 from pdtune.frontier import rate_match, sla_pick, upper_envelope
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import ModelSpec, load_model
+from pdtune.precision import parse_weights_dtype
 from pdtune.perfmodel import build_engine
 from pdtune.plan.inputs import DEFAULT_FLOORS, PlanSettings, ROW_COLUMNS, Sla, TpotP90, tpot_p90_rule
 from pdtune.plan.pools import (
@@ -201,6 +202,8 @@ def plan(
     """
     s = settings
     spec = load_model(s.model)
+    if s.weights:
+        spec = parse_weights_dtype(s.weights, spec)
     prefill_gpu = load_gpu(s.gpu)
     decode_gpu = load_gpu(s.decode_gpu_name)
     for g in {prefill_gpu.name, decode_gpu.name}:
