@@ -394,8 +394,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         f"# Workbook summary: {s['title']}",
         "",
         f"- parameters: `{s.get('parameters_file', '-')}`",
-        f"- model: {s['model']['name']} ({s['model']['layers']}; {s['model'].get('weights') or 'its config's'} "
-        "weights)",
+        f"- model: {s['model']['name']} ({s['model']['layers']}; {s['model'].get('weights') or 'config'} weights)",
         f"- GPU: {gpu['name']} ({gpu['description']}), {gpu['gpu_memory_gib']:g} GiB as torch sees it, "
         f"gpu_memory_utilization {gpu['gpu_memory_utilization']:g}",
         f"- workload: ISL/OSL {s['workload']['isl']}/{s['workload']['osl']}; vLLM {s['vllm']}",
