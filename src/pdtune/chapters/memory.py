@@ -59,6 +59,29 @@ def weights_by_topology(spec: ModelSpec, topologies: Iterable[str], *, mtp: bool
 PARTS_SHOWN = 4
 
 
+#: The plain dense model chapter 2 works by hand, and its layout: Llama-3.1-70B on four GPUs.
+DENSE_MODEL = "llama-3.1-70b"
+DENSE_TOPOLOGY = "TP4"
+
+
+def parameters(spec: ModelSpec) -> int:
+    """Every parameter of the model's main layers (no MTP draft layers), from its config."""
+    import dataclasses
+
+    from pdtune.paramcount import count_parameters
+
+    return sum(dataclasses.astuple(count_parameters(spec).main))
+
+
+def steps_table(waterfall: Waterfall, accounting: Accounting | str = Accounting.VLLM) -> pd.DataFrame:
+    """The waterfall of one GPU as a table: each part, and what is left after it, down to the KV cache."""
+    rows = [{"part": step.label, "minus_gib": step.bytes / GiB, "left_gib": step.remaining_after / GiB}
+            for step in waterfall.steps(accounting)]
+    rows.append({"part": "KV cache", "minus_gib": None, "left_gib": waterfall.kv_cache(accounting) / GiB})
+    top = {"part": "torch total", "minus_gib": None, "left_gib": waterfall.total / GiB}
+    return pd.DataFrame([top, *rows], columns=["part", "minus_gib", "left_gib"])
+
+
 def capacity_readings() -> pd.DataFrame:
     """The article's "279 GB" read as GB and as GiB, each minus the 2.28 GiB driver, against 276.62 GiB."""
     c = article.constants()

@@ -141,6 +141,95 @@ def _whole(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
+#: The plain dense models chapter 1 works by hand before any hybrid (bundled in data/models/).
+DENSE_MODELS: tuple[str, ...] = ("llama-3.1-8b", "llama-3.1-70b")
+
+#: Request lengths of the length chart: 1k to 128k tokens.
+LENGTHS: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def beside_references(spec: ModelSpec, *, dense: Iterable[str] = DENSE_MODELS[:1]) -> dict[str, ModelSpec]:
+    """``{label: model}``: the plain dense model(s), the model of the parameters cell and the article's, each once
+    (the parameters' model keeps its own name; the article's is labelled as the article's)."""
+    from pdtune.model import load_model
+
+    out: dict[str, ModelSpec] = {}
+    for name in dense:
+        out[name] = load_model(name)
+    if spec.name not in out:
+        out[spec.name] = spec
+    if article.MODEL not in out:
+        out[f"{article.MODEL} (the article's)"] = load_model(article.MODEL)
+    return out
+
+
+def request_table(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
+    """One row per plan: the model, its layers, one token's attention bytes per layer, the block, the pages and
+    MiB one request takes. The short form of :func:`state_summary`, for a page that sets models side by side."""
+    rows = []
+    for label, plan in plans.items():
+        rows.append({
+            "model": label,
+            "layers": plan.model.kinds_summary(),
+            "attention_bytes_per_token": plan.per_layer_bytes().get("attention_per_token"),
+            "block_tokens": plan.block_tokens,
+            "pages": plan.blocks_per_request,
+            "mib_per_request": plan.bytes_per_request / MiB,
+        })
+    return pd.DataFrame(rows)
+
+
+def length_sweep(models: Mapping[str, ModelSpec], lengths: Iterable[int] = LENGTHS, *, kv_cache_dtype: str,
+                 vllm: str = "0.11") -> pd.DataFrame:
+    """MiB one request of each model takes at each length (TP=1, ``vllm``'s arithmetic), for the length chart.
+
+    A length above a model's own limit is left out for that model (vLLM would refuse it).
+    """
+    rows = []
+    for label, spec in models.items():
+        limit = spec.max_length.tokens if spec.max_length else None
+        for tokens in lengths:
+            if limit is not None and tokens > limit:
+                continue
+            plan = plan_state(spec, max_model_len=tokens, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+            rows.append({"model": label, "tokens": tokens, "mib_per_request": plan.bytes_per_request / MiB,
+                         "kind": "hybrid" if spec.is_hybrid else "attention only",
+                         "provenance": provenance_of(plan)})
+    return pd.DataFrame(rows, columns=["model", "tokens", "mib_per_request", "kind", "provenance"])
+
+
+def model_line(spec: ModelSpec) -> str:
+    """How the model of the parameters cell keeps its state, in one sentence: the branch of page 1."""
+    attention = spec.num_layers - sum(1 for kind in spec.layer_kinds if kind.is_recurrent)
+    if spec.is_hybrid:
+        return (f"{spec.name} is a hybrid: {attention} of its {spec.num_layers} layers keep a KV cache like these, "
+                "the others a fixed recurrent state (the next page).")
+    if spec.mla is not None:
+        return (f"{spec.name} uses MLA: one compressed latent vector per token in place of K and V per head, so "
+                "its bytes per token are the latent's, and they grow with every token all the same.")
+    return f"All {spec.num_layers} layers of {spec.name} are attention: its state grows with every token."
+
+
+def plans_table(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
+    """One row per plan of one model: block, pages and MiB per request, and the request against the first plan."""
+    first = next(iter(plans.values())) if plans else None
+    rows = [{"plan": label, "block_tokens": p.block_tokens, "pages": p.blocks_per_request,
+             "mib_per_request": p.bytes_per_request / MiB,
+             "vs_first": p.bytes_per_request / first.bytes_per_request if first else None}
+            for label, p in plans.items()]
+    return pd.DataFrame(rows, columns=["plan", "block_tokens", "pages", "mib_per_request", "vs_first"])
+
+
+def serving_label(spec: ModelSpec, vllm: str, num_speculative_tokens: int) -> str:
+    """The serving line as the prose names it: ``vLLM 0.26.1 with 3 MTP tokens``, or without MTP and why."""
+    k = mtp_tokens(spec, num_speculative_tokens)
+    if k:
+        return f"vLLM {vllm} with {k} MTP tokens"
+    if not spec.num_mtp_layers:
+        return f"vLLM {vllm} (no MTP: {spec.name} has no MTP layer)"
+    return f"vLLM {vllm} without MTP"
+
+
 def groups_frame(plan: StatePlan) -> pd.DataFrame:
     """One row per KV cache group: what it holds and what one request takes from it."""
     rows = []

@@ -13,6 +13,7 @@ from pdtune.commands._common import (
     shared_flag,
     whole_flag,
 )
+from pdtune.topology import NOTATION_HELP
 from pdtune.errors import InputError, brief
 from pdtune.limits import MAX_GPUS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
@@ -28,12 +29,12 @@ Factors: --calibration CAL (from `pdtune calibrate`, one per pool GPU) or each G
 (data/perfmodel/defaults.csv); the KV transfer runs at the lower pool's link factor. The model predicts a mean
 TPOT: a --max-tpot-ms-p90 limit is checked against it times the measured p99/median ratio of the bundled
 InferenceX points (or --tpot-p90-factor), or against a measured decode sweep's p99; the plan prints which.
-Examples:
+{notation}Examples:
   pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024 --min-tps-per-user 20 --json
   pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024
   pdtune plan qwen3-next-80b-a3b --gpu b200 --decode-gpu h200 --max-gpus 32 --isl 8192 --osl 1024 \\
       --max-ttft-ms 500 --recipes recipes/
-"""
+""".format(notation=NOTATION_HELP)
 
 
 def _floats(text: str) -> list[float]:
