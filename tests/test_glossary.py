@@ -2,7 +2,8 @@
 and every page links a term where it first uses it.
 
 * The layout notation lives once, in :data:`pdtune.topology.NOTATION_HELP`: ``pdtune plan --help`` prints it
-  and ``book/glossary.md`` quotes it in the entry "layout notation", character for character.
+  and ``book/glossary.md`` quotes it (its section "Layout notation", which the entry links), character for
+  character.
 * The terms issue 21 found undefined are entries, and every ``{term}`` role of the book names one.
 * First use: on every page, the first time the prose uses a glossary term (outside code, math, headings
   and other roles) it is a ``{term}`` role. Pages still to be linked are in :data:`LINKING_PENDING`.
@@ -47,9 +48,9 @@ def glossary_terms() -> list[str]:
 
 
 def notation_block() -> str:
-    """The code block of the "layout notation" entry, as the page shows it."""
-    entry = glossary_text().split("\nlayout notation\n", 1)[1]
-    block = entry.split("```text\n", 1)[1].split("```", 1)[0]
+    """The code block of the glossary's section "Layout notation", as the page shows it."""
+    section = glossary_text().split("\n## Layout notation\n", 1)[1]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
     return textwrap.dedent(block)
 
 

@@ -34,17 +34,17 @@ from pdtune.errors import InputError
 NOTATION_HELP = """\
 Layout notation: one engine's layout, then a disaggregated deployment.
   TP<n>       tensor parallelism: attention and dense layers over n GPUs (default 1)
-  DP<n>       data-parallel attention: n ranks, each with its own scheduler and KV cache
+  DP<n>       data-parallel attention: n ranks, each its own scheduler and KV cache
   PP<n>       pipeline parallelism: the layers in n stages (default 1)
   +EP         expert parallelism: each MoE layer's experts over all TP x DP GPUs
   TEP<n>      shorthand for TP<n>+EP
   TP2DP4+EP   8 GPUs: 4 data-parallel attention ranks of TP2, experts over all 8
-  TP1PP6+EP   6 GPUs: 6 pipeline stages of 1 GPU (stages share no experts: +EP is moot)
+  TP1PP6+EP   6 GPUs: 6 pipeline stages of 1 GPU (no experts shared: +EP is moot)
   TEP8        8 GPUs: TP8 attention, experts over all 8 (the same as TP8+EP)
   DP8+EP      8 GPUs: 8 attention ranks of 1 GPU, experts over all 8
   4xTP2DP4+EP : 1xTP4DP4+EP
               xPyD: 4 prefill engines of TP2DP4+EP feeding 1 decode engine of
-              TP4DP4+EP, 48 GPUs (x and y default to 1; the decode side may end +MTP)
+              TP4DP4+EP, 48 GPUs (x and y default to 1; decode may end in +MTP)
 """
 
 _COMPONENT = re.compile(r"(TEP|TP|DP|PP)(\d+)")
