@@ -145,10 +145,15 @@ def _is_count(name: str, values: pd.Series) -> bool:
         ("_gib", "_mib", "_pct", "_s", "_ms"))
 
 
+def _no_negative_zero(text: str) -> str:
+    """``-0.0`` (a small negative rounded away) written as ``0.0``: a sign with nothing behind it misleads."""
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
+
+
 def _formatter(name: str, values: pd.Series, precision: int) -> Any:
     """How the cells of one column are written: flags, counts, throughput, or ``precision`` decimals."""
     def missing(f: Any) -> Any:
-        return lambda v: MISSING if v is None or (isinstance(v, float) and math.isnan(v)) else f(v)
+        return lambda v: MISSING if v is None or (isinstance(v, float) and math.isnan(v)) else _no_negative_zero(f(v))
 
     if pd.api.types.is_bool_dtype(values) or (values.dropna().map(type).eq(bool).all() and len(values.dropna())):
         return missing(lambda v: "yes" if v else "no")
