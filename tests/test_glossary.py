@@ -100,7 +100,8 @@ _FENCED = re.compile(r"^```\{code-cell\}.*?^```\s*$", re.M | re.S)
 _FRONT = re.compile(r"\A---\n.*?\n---\n", re.S)
 _NOT_PROSE = [
     re.compile(r"^````\{glossary\}.*?^````\s*$", re.M | re.S),  # the glossary's own entries
-    re.compile(r"^```(?:text|bash|yaml|python|markdown|console)?\s*$.*?^```\s*$", re.M | re.S),
+    # a literal block with a language (a bare ``` line closes a directive, and what follows it is prose)
+    re.compile(r"^```(?:text|bash|yaml|python|markdown|console)\s*$.*?^```\s*$", re.M | re.S),
     re.compile(r"\$\$.*?\$\$", re.S),
     re.compile(r"(?<!\\)\$[^$\n]+\$"),
     re.compile(r"``[^`]+``|`[^`]+`"),

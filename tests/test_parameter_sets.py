@@ -536,3 +536,21 @@ def test_no_sentence_names_a_path_or_nan(runs: dict[str, Run], name: str) -> Non
             if ("/" in model_path and model_path in text) or re.search(r"(?<![\w.])/(?:tmp|home|work)/", text):
                 found.append(f"{chapter}: a path in {text[:160]!r}")
     assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_the_chapters_and_the_summary_agree(runs: dict[str, Run], name: str) -> None:
+    """A number the summary reports is the number the chapter that computes it glues (issue 21 found chapter 6
+    and the summary disagree): the state per request under the serving line (chapter 1), the reference decode
+    engine's KV cache (chapter 2), and the most KV cache per GPU of the decode layouts (chapter 4)."""
+    run = runs[name]
+    summary = json.loads((run.out / "summary.json").read_text(encoding="utf-8"))
+    assert run.glued["state-serving-mib"] == pytest.approx(summary["state_per_request"]["bytes"] / MiB)
+    engines = summary["decode_engines"]
+    reference = next((r for r in engines["rows"] if r["topology"] == engines["reference_topology"] and not r["mtp"]),
+                     None)
+    assert reference is not None
+    assert run.glued["memory-modeled-kv_cache_gib"] == pytest.approx(reference["kv_cache_gib"])
+    kv = [r["kv_cache_gib"] for r in engines["rows"] if r.get("kv_cache_gib") is not None
+          and math.isfinite(r["kv_cache_gib"]) and r.get("requests_per_engine") is not None]
+    assert run.glued["concurrency-leaders-most-kv"] == pytest.approx(max(kv))

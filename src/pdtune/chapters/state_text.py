@@ -86,9 +86,18 @@ def tp_sentence(spec: ModelSpec, numbers: Mapping[str, Any]) -> str:
         text += (f" At TP{n['high']} one rank keeps {n['high-attn-bytes']:,} B of attention state per token in "
                  f"blocks of {n['high-block']:,} tokens (no recurrent state sets them)")
     replicated = n["high-ratio"] > 1 + 1e-9
+    what = "the MLA latent is replicated." if spec.mla is not None else "heads are replicated."
     text += (f", and the {n['high']} ranks together hold {n['high-ratio']:.2f} times the unsharded request: "
-             + ("heads are replicated." if replicated else "nothing is replicated."))
+             + (what if replicated else "nothing is replicated."))
     return text
+
+
+def heads_clause(spec: ModelSpec) -> str:
+    """What TP can split of the model's attention state, for the TP takeaway: its KV heads, or nothing (MLA)."""
+    if spec.mla is not None:
+        return f"{spec.name} keeps one MLA latent per token, which no TP rank splits"
+    heads = spec.attention.num_kv_heads if spec.attention is not None else 0
+    return f"{spec.name} has {heads} KV heads to split"
 
 
 def pd_sentence(spec: ModelSpec, numbers: Mapping[str, Any]) -> str:
