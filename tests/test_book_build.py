@@ -28,6 +28,7 @@ EXPECTED_TOC = [
     "notebooks/01_state_vllm.md",
     "notebooks/02_memory.md",
     "notebooks/02_memory_weights.md",
+    "notebooks/02_memory_reserve.md",
     "notebooks/03_graphs.md",
     "notebooks/03_graphs_estimate.md",
     "notebooks/04_concurrency.md",

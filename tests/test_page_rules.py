@@ -24,7 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagecode import defined_names, page_functions, pages
-from pdtune.memory import Waterfall, capture_sizes, cudagraph_estimate, cudagraph_plan, weights_per_gpu
+from pdtune.memory import (Waterfall, capture_sizes, cudagraph_estimate, cudagraph_plan, max_utilization,
+                           weights_per_gpu)
 from pdtune.model import ModelSpec, load_model
 from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.model.load import spec_from_config
@@ -89,6 +90,8 @@ memory_cases = st.fixed_dictionaries({
     "activation": st.integers(0, 4 * _GiB), "graphs": st.integers(0, 12 * _GiB),
     "vllm": st.sampled_from(["0.20", "0.26.1", "0.33"]),
 })
+reserve_cases = st.fixed_dictionaries({
+    "total": st.floats(16, 300), "context": st.floats(0, 8), "overrun": st.floats(0, 8)})
 _WEIGHT_MODELS = ("llama-3.1-8b", "llama-3.1-70b", "qwen3-235b-a22b", "deepseek-v3", "qwen3.8-2.4t", "glm-4.7",
                   "mixtral-8x7b", "qwen3-next-80b-a3b")
 
@@ -176,6 +179,10 @@ RULES: list[PageRule] = [
              lambda f, c: f(weight_bytes(c["spec"], count_parameters(c["spec"]).main).by_component, c["tp"],
                             c["ep"]),
              lambda c: weights_per_gpu(c["spec"], tp=c["tp"], ep=c["ep"]).total),
+    # chapter 2: how far the utilization may go (notebooks/02_memory_reserve.md)
+    PageRule("02_memory_reserve", "max_utilization", reserve_cases,
+             lambda f, c: f(c["total"], c["context"], c["overrun"]),
+             lambda c: max_utilization(c["total"], c["context"], c["overrun"])),
     # chapter 3: the capture list (notebooks/03_graphs.md), as the article's decode engines set it up
     PageRule("03_graphs", "capture_sizes", graph_cases,
              lambda f, c: f(c["seqs"]),

@@ -59,7 +59,8 @@ EXERCISE_INPUTS: dict[str, set[str]] = {
     "01_state_hybrid": set(),
     "01_state_vllm": {"32768"},  # a long-context workload
     "02_memory": {"0.02"},  # gpu_memory_utilization raised by 0.02
-    "02_memory_weights": {"0.95"},  # run 5 at gpu_memory_utilization 0.95
+    "02_memory_weights": set(),
+    "02_memory_reserve": {"0.95"},  # run 5 at gpu_memory_utilization 0.95
     "03_graphs": {"1000", "4000"},  # --max-num-seqs 1000
     "03_graphs_estimate": {"60", "1"},  # a 1 GiB first graph, 60 MiB per graph
     "04_concurrency": set(),

@@ -15,7 +15,7 @@ import pandas as pd
 
 from pdtune import article
 from pdtune.errors import InputError
-from pdtune.memory import Accounting, Waterfall, weights_per_gpu
+from pdtune.memory import Accounting, Waterfall, max_utilization, weights_per_gpu
 from pdtune.model import ModelSpec
 from pdtune.topology import parse_topology
 from pdtune.units import GiB, MiB, from_gib
@@ -272,7 +272,7 @@ def reserve_check() -> pd.DataFrame:
             "cuda_context_gib": ctx,
             "graph_overrun_gib": overrun,
             "reserve_left_gib": w.reserve / GiB - ctx - overrun,
-            "max_utilization": (total - ctx - overrun) / total,
+            "max_utilization": max_utilization(total, ctx, overrun),
         })
     return pd.DataFrame(rows)
 
