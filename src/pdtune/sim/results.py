@@ -43,6 +43,7 @@ class RequestRecord:
     chunks: tuple[float, ...]  # when each streamed chunk of tokens arrived
     preemptions: int
     kv_transfer_s: float = 0.0
+    chunk_tokens: tuple[int, ...] = ()  # tokens in each chunk (more than 1 with speculative decoding)
 
     @property
     def ttft(self) -> float:
@@ -75,6 +76,7 @@ class SimResult:
     meta: dict[str, Any] = field(default_factory=dict)
     warmup_requests: int = 0
     notes: list[str] = field(default_factory=list)
+    cost: Any = field(default=None, repr=False)  # the StepCost used (reuse it: its cached terms stay valid)
 
     # ------------------------------------------------------------------------------- statistics
 

@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from pdtune import versions
 from pdtune.errors import InputError
 from pdtune.perfmodel.efficiency import DEFAULT_ACCEPTANCE, Efficiency
@@ -51,6 +53,10 @@ class SimConfig:
     watermark: float = 0.0
     use_v2_model_runner: bool = True
     acceptance: float = DEFAULT_ACCEPTANCE  # MTP/EAGLE draft acceptance rate
+    # Spread of the front end's time per request: its coefficient of variation (0: every request pays exactly
+    # request_overhead_s). Measured sweeps show a cohort's prompts reach the scheduler spread over time (the
+    # steady-state model's arrival_clustering); a spread breaks cohorts the waiting queue does not re-form.
+    overhead_cv: float = 0.0
     seed: int = 0
     record_timeline: bool = True
     max_steps: int = 20_000_000
@@ -179,11 +185,13 @@ class Clients:
     """The harness: phases of requests, each sent when ready and when the cap on requests in flight allows."""
 
     def __init__(self, clock: Clock, workload: Workload, overhead_s: float,
-                 arrive: Callable[[SimRequest, float], None]) -> None:
+                 arrive: Callable[[SimRequest, float], None], *, overhead_cv: float = 0.0, seed: int = 0) -> None:
         self.clock = clock
         self.workload = workload
         self.overhead = overhead_s
         self.arrive = arrive
+        self.cv = overhead_cv
+        self.rng = np.random.default_rng(seed + 7)
         self.phase_index = -1
         self.records: list[SimRequest] = []
         self.warmups = 0
@@ -232,7 +240,11 @@ class Clients:
             r = self.queue.popleft()
             self.inflight += 1
             r.t_send = t
-            self.clock.at(t + self.overhead, self.arrive, r, t + self.overhead)
+            overhead = self.overhead
+            if self.cv > 0 and overhead > 0:
+                shape = 1.0 / (self.cv * self.cv)  # a gamma of mean 1 and this coefficient of variation
+                overhead *= float(self.rng.gamma(shape, 1.0 / shape))
+            self.clock.at(t + overhead, self.arrive, r, t + overhead)
 
     def finished(self, request: SimRequest, t: float) -> None:
         request.t_last = t
@@ -260,7 +272,7 @@ def _records(requests: list[SimRequest], isl_extra: int = 0) -> list[RequestReco
     for r in sorted(requests, key=lambda r: r.index):
         out.append(RequestRecord(r.index, r.rank, r.num_prompt_tokens - isl_extra, r.max_tokens, r.t_send,
                                  r.t_arrive, r.t_first, r.t_last, tuple(r.token_times), r.num_preemptions,
-                                 r.transfer_s))
+                                 r.transfer_s, tuple(r.token_counts)))
     return out
 
 
@@ -269,6 +281,8 @@ def _check(workload: Workload, config: SimConfig) -> None:
         raise InputError("simulate", "workload", "expected a pdtune.sim.workload.Workload")
     if not (0 <= config.acceptance <= 1):
         raise InputError("--acceptance", "acceptance", f"must be in [0, 1], got {config.acceptance}")
+    if not (math.isfinite(config.overhead_cv) and config.overhead_cv >= 0):
+        raise InputError("--overhead-cv", "overhead_cv", f"must be >= 0, got {config.overhead_cv}")
 
 
 def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, config: SimConfig | None = None,
@@ -318,7 +332,8 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
         if cores[core].asleep or not cores[core].queue:
             clock.wake(cores[core], t)
 
-    clients = Clients(clock, workload, efficiency.request_overhead_s, arrive)
+    clients = Clients(clock, workload, efficiency.request_overhead_s, arrive, overhead_cv=config.overhead_cv,
+                      seed=config.seed)
 
     def finish(request: SimRequest, t: float) -> None:
         balancer.done(request.rank)
@@ -365,7 +380,7 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
         warmup_requests=clients.warmups,
         notes=setup.notes + ([f"chat template adds {template} tokens to each prompt"] if template else []),
     )
-    result.cost = cost  # type: ignore[attr-defined]
+    result.cost = cost
     return result
 
 

@@ -63,6 +63,7 @@ class SchedulerConfig:
     draft_slots: int = 0  # SpeculativeConfig.max_num_new_slots_for_drafting
     use_v2_model_runner: bool = True  # only decides whether drafts may be skipped (can_skip_drafts)
     hash_lookahead: bool = False  # num_hash_lookahead_tokens = num_prefill_lookahead (EAGLE/MTP + caching)
+    max_num_scheduled_tokens: int | None = None  # the token budget; None: max_num_batched_tokens
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -200,7 +201,7 @@ class Scheduler:
         """``Scheduler.schedule``: one step's tokens per request (see the module's rules 1-5)."""
         cfg = self.config
         kv = self.kv
-        token_budget = cfg.max_num_batched_tokens
+        token_budget = cfg.max_num_scheduled_tokens or cfg.max_num_batched_tokens
         input_budget = cfg.max_num_batched_tokens
         draft_slots = cfg.draft_slots
         max_len = cfg.max_model_len
