@@ -94,6 +94,7 @@ class EngineCore:
         self.steps = 0
         self.on_tokens = None  # callback(request, count, time)
         self.on_finish = None  # callback(request, time)
+        self.on_load = None  # callback(core, rank, request id, time): P/D, a KV load starts
         self.dp_ep = lockstep_dp  # DP ranks whose tokens meet in the experts (the lockstep group)
         self.asynchronous = ranks[0].config.async_scheduling
         self.fast = False  # bulk decode runs (pdtune.sim.fastpath)
@@ -193,7 +194,7 @@ class EngineCore:
             if self.has_requests() and len(self.queue) < self.depth:
                 plans = [r.schedule() for r in self.ranks]
                 executed = any(p.num_scheduled_tokens for p in plans)
-                end = now
+                end = start = now
                 if executed:
                     start = max(now, self.stage_free[0])
                     t = start
@@ -205,6 +206,11 @@ class EngineCore:
                     if self.record:
                         self._record(plans, end, end - start)
                 self.queue.appendleft(_InFlight(plans, now, end, executed))
+                if self.on_load is not None:
+                    # P/D: an async KV load starts when the worker runs the step that allocated its blocks.
+                    for rank, plan in enumerate(plans):
+                        for rid in plan.loads:
+                            self.on_load(self, rank, rid, start)
                 if not executed and not any(b.executed for b in self.queue):
                     # vLLM would spin here: nothing runs until a request or a KV transfer arrives.
                     while self.queue:

@@ -32,7 +32,7 @@ class SimRequest:
         "num_computed_tokens", "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens",
         "drop_stale_output", "spec_tokens", "is_prefill_chunk", "status", "num_preemptions", "remote_prefill",
         "kv_ready", "rank", "t_send", "t_arrive", "t_first", "t_last", "token_times", "token_counts",
-        "pending_send", "client", "warmup", "prefill_done_at", "transfer_s",
+        "pending_send", "client", "warmup", "prefill_done_at", "transfer_s", "target", "partner",
     )
 
     def __init__(self, rid: str, num_prompt_tokens: int, max_tokens: int, *, index: int = 0,
@@ -68,6 +68,8 @@ class SimRequest:
         self.warmup = False  # a warm-up request: simulated, left out of the statistics
         self.prefill_done_at = -1.0  # P/D: when the prefill engine produced its token
         self.transfer_s = 0.0  # P/D: the KV transfer's seconds
+        self.target = 0  # the DP target inside its engine (the load balancer's index)
+        self.partner: SimRequest | None = None  # P/D: the prefill request of a decode request, and back
 
     @property
     def num_tokens(self) -> int:

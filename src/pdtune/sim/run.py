@@ -276,6 +276,21 @@ def _records(requests: list[SimRequest], isl_extra: int = 0) -> list[RequestReco
     return out
 
 
+def build_cores(setup: EngineSetup, cost: StepCost, spec: SpecDecode | None, config: SimConfig,
+                prefix: str = "") -> tuple[list[EngineCore], list[tuple[int, int]]]:
+    """The engine cores of one vLLM server and its DP targets (core, rank): one lockstep core for a MoE model's
+    DP ranks, one core per rank for a dense model."""
+    dp = setup.engine.topology.dp
+    if setup.lockstep:
+        cores = [EngineCore([Scheduler(setup.scheduler, setup.layout) for _ in range(dp)], cost, depth=setup.depth,
+                            spec=spec, lockstep_dp=dp, name=prefix or "engine", record=config.record_timeline)]
+        return cores, [(0, r) for r in range(dp)]
+    cores = [EngineCore([Scheduler(setup.scheduler, setup.layout)], cost, depth=setup.depth, spec=spec,
+                        name=(f"{prefix}rank{i}" if dp > 1 else (prefix or "engine")), record=config.record_timeline)
+             for i in range(dp)]
+    return cores, [(i, 0) for i in range(dp)]
+
+
 def _check(workload: Workload, config: SimConfig) -> None:
     if not isinstance(workload, Workload):
         raise InputError("simulate", "workload", "expected a pdtune.sim.workload.Workload")
@@ -307,17 +322,8 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
     elif cost.eff is not efficiency:
         cost = cost.with_efficiency(efficiency)
     spec = SpecDecode(setup.spec, config.acceptance, config.seed) if setup.spec else None
-    dp = engine.topology.dp
     clock = Clock()
-    if setup.lockstep:
-        cores = [EngineCore([Scheduler(setup.scheduler, setup.layout) for _ in range(dp)], cost, depth=setup.depth,
-                            spec=spec, lockstep_dp=dp, name="engine", record=config.record_timeline)]
-        targets = [(0, r) for r in range(dp)]
-    else:
-        cores = [EngineCore([Scheduler(setup.scheduler, setup.layout)], cost, depth=setup.depth, spec=spec,
-                            name=f"rank{i}" if dp > 1 else "engine", record=config.record_timeline)
-                 for i in range(dp)]
-        targets = [(i, 0) for i in range(dp)]
+    cores, targets = build_cores(setup, cost, spec, config)
     balancer = DPLoadBalancer(len(targets), lambda i: cores[targets[i][0]].counts(targets[i][1]))
 
     def arrive(request: SimRequest, t: float) -> None:

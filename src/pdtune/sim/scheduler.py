@@ -103,6 +103,7 @@ class StepPlan:
     context: dict[str, int] = field(default_factory=dict)
     prefill: set[str] = field(default_factory=set)
     sampling: list[str] = field(default_factory=list)  # requests whose step samples a token
+    loads: list[str] = field(default_factory=list)  # P/D decode side: requests whose KV load starts with the step
 
     @property
     def total_tokens(self) -> int:
@@ -141,6 +142,10 @@ class Scheduler:
         self.spec_decode_step_blocks = sum(-(-tokens // g.block_size) for g in layout.groups
                                            if g.kind != "recurrent")
         self.inflight_prefills: set[str] = set()
+        # P/D prefill side (a KV producer): a finished request keeps its blocks until the decode side has read
+        # them (NixlConnector.request_finished asks to delay the free); release() frees them.
+        self.hold_finished = False
+        self.held: dict[str, SimRequest] = {}
 
     # ---------------------------------------------------------------------------------- queues
 
@@ -268,6 +273,7 @@ class Scheduler:
                     spec_scheduled[request.rid] = min(request.spec_tokens, spec)
                 request.spec_tokens = 0
 
+        loads: list[str] = []
         if not preempted:
             skipped: deque[SimRequest] = deque()
             skipped_holding: deque[SimRequest] = deque()
@@ -336,6 +342,7 @@ class Scheduler:
                     request.status = Status.WAITING_FOR_REMOTE_KVS
                     request.num_computed_tokens = computed
                     self.inflight_prefills.add(request.rid)
+                    loads.append(request.rid)
                     self._skip(queue, skipped, skipped_holding)
                     continue
                 queue.popleft()
@@ -365,7 +372,7 @@ class Scheduler:
 
         assert len(running) <= cfg.max_num_seqs
         plan = StepPlan(scheduled, spec_scheduled, pad_spec, new_ids, resumed_ids, preempted,
-                        self.finished_req_ids, not drafts_needed, context, prefill)
+                        self.finished_req_ids, not drafts_needed, context, prefill, loads=loads)
         self._update_after_schedule(plan)
         return plan
 
@@ -485,11 +492,21 @@ class Scheduler:
         return finished
 
     def _free_request(self, request: SimRequest) -> None:
-        """``_free_request``: report the id with the next step and return the blocks."""
+        """``_free_request``: report the id with the next step and return the blocks (a KV producer keeps them
+        until :meth:`release`)."""
         self.inflight_prefills.discard(request.rid)
         self.finished_req_ids.append(request.rid)
-        self.kv.free(request)
+        if self.hold_finished:
+            self.held[request.rid] = request
+        else:
+            self.kv.free(request)
         del self.requests[request.rid]
+
+    def release(self, rid: str) -> None:
+        """The decode side has read a finished request's KV (``_update_from_kv_xfer_finished``,
+        ``finished_sending``): its blocks go back to the pool."""
+        request = self.held.pop(rid)
+        self.kv.free(request)
 
     def update_draft_token_ids(self, drafts: dict[str, int]) -> None:
         """``update_draft_token_ids`` (synchronous scheduling): the drafts proposed after a step."""
