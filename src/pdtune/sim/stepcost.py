@@ -46,7 +46,7 @@ class StepCost:
     """Seconds of a step on one engine for one set of efficiency factors (see the module)."""
 
     def __init__(self, engine: Engine, efficiency: Efficiency, *, _terms: dict | None = None,
-                 _slopes: dict | None = None, _exact: bool | None = None) -> None:
+                 _slopes: dict | None = None, _exact: bool | None = None, _exact_terms: dict | None = None) -> None:
         self.engine = engine
         self.eff = efficiency
         self.stages = len(engine.stages)
@@ -60,12 +60,14 @@ class StepCost:
         if _exact is None:
             _exact = any(layer.kind is LayerKind.SLIDING_ATTENTION for layer in engine.costs.layers)
         self.exact = _exact
-        self._exact_cache: dict[Batch, tuple[float, ...]] = {}
+        self._exact_cache: dict[Batch, tuple[float, ...]] = {}  # seconds at these factors
+        self._exact_terms: dict[Batch, list[StepTerms]] = _exact_terms if _exact_terms is not None else {}
         self.evaluations = 0  # Engine.stage_terms calls made (the expensive part)
 
     def with_efficiency(self, efficiency: Efficiency) -> StepCost:
         """The same engine at other factors, sharing the cached terms (what a calibration loop wants)."""
-        return StepCost(self.engine, efficiency, _terms=self._terms, _slopes=self._slopes, _exact=self.exact)
+        return StepCost(self.engine, efficiency, _terms=self._terms, _slopes=self._slopes, _exact=self.exact,
+                        _exact_terms=self._exact_terms)
 
     # --------------------------------------------------------------------------------------- terms
 
@@ -137,7 +139,13 @@ class StepCost:
             batch = _batch(key, [attn_pairs, decode_pairs, kv_tokens_read])
             hit = self._exact_cache.get(batch)
             if hit is None:
-                hit = tuple(t.seconds(self.eff) for t in self._stage_terms(batch))
+                terms = self._exact_terms.get(batch)
+                if terms is None:
+                    terms = self._stage_terms(batch)
+                    if len(self._exact_terms) > 200_000:
+                        self._exact_terms.clear()
+                    self._exact_terms[batch] = terms
+                hit = tuple(t.seconds(self.eff) for t in terms)
                 if len(self._exact_cache) > 200_000:
                     self._exact_cache.clear()
                 self._exact_cache[batch] = hit
