@@ -147,3 +147,19 @@ def test_a_step_cost_reused_with_other_factors_re_times_without_rebuilding_terms
     slower = simulate(engine, workload, efficiency=replace(EFF, step_overhead_s=EFF.step_overhead_s + 0.005),
                       cost=first.cost)
     assert slower.stats()["tpot_ms_p50"] > first.stats()["tpot_ms_p50"] + 4
+
+
+def test_the_fast_path_is_exact_with_several_engines() -> None:
+    """Dense DP ranks are independent engines and a disaggregated deployment has two pools: a decode run never
+    passes the earliest time another engine could finish a request (Clock.horizon), so the run is the same with
+    and without bulk decode runs."""
+    from pdtune.sim.disagg import simulate_disagg
+
+    dp = build_engine(load_model("llama-3.1-8b"), load_gpu("h100"), parse_topology("TP1DP4"), isl=600, osl=80,
+                      config=EngineConfig(vllm="0.33", max_num_batched_tokens=2048, max_num_seqs=256))
+    w = closed_loop(24, 600, 80, num_prompts=72, range_ratio=0.3)
+    runs = [simulate(dp, w, efficiency=EFF, config=SimConfig(fast_path=f)) for f in (True, False)]
+    assert [r.chunks for r in runs[0].records] == [r.chunks for r in runs[1].records]
+    one = small_engine()
+    runs = [simulate_disagg(one, one, 1, 2, w, efficiency=EFF, config=SimConfig(fast_path=f)) for f in (True, False)]
+    assert [r.chunks for r in runs[0].records] == [r.chunks for r in runs[1].records]

@@ -99,6 +99,7 @@ class EngineCore:
         self.asynchronous = ranks[0].config.async_scheduling
         self.fast = False  # bulk decode runs (pdtune.sim.fastpath)
         self.horizon = lambda: math.inf  # the clock's: when something outside may change what the core sees
+        self._d_min: float | None = None
 
     # ------------------------------------------------------------------------------------ inputs
 
@@ -113,6 +114,28 @@ class EngineCore:
             request.t_arrive = when
             self.ranks[rank].add_request(request)
         self.asleep = False
+
+    def finish_bound(self, wake_at: float) -> float:
+        """The earliest time one of this core's requests can finish, the core next running at ``wake_at``: a
+        request needs ``ceil(remaining outputs / (1 + K))`` more updates, each at least one step later, and no step
+        is shorter than an empty one (every term of the step cost grows with the batch)."""
+        if self._d_min is None:
+            self._d_min = sum(self.cost.stage_seconds(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 1, 0))
+        per_update = 1 + self.k
+        least = None
+        for sched in self.ranks:
+            for queue in (sched.running, sched.waiting, sched.kv_holding_waiting):
+                for r in queue:
+                    left = -(-(r.max_tokens - r.num_output_tokens) // per_update)
+                    if least is None or left < least:
+                        least = left
+        for _, _, r in self.inputs:
+            left = -(-(r.max_tokens - r.num_output_tokens) // per_update)
+            if least is None or left < least:
+                least = left
+        if least is None:
+            return math.inf  # nothing to finish until a request arrives (an event the clock holds)
+        return wake_at + max(least - 1, 0) * self._d_min
 
     def next_input_time(self) -> float:
         return self.inputs[0][0] if self.inputs else math.inf

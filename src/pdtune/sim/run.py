@@ -157,10 +157,14 @@ class Clock:
         heapq.heappush(self.wakes, (t, self.seq, core, core._version))  # type: ignore[attr-defined]
 
     def horizon(self, core: EngineCore) -> float:
+        """Events in the heap, and the earliest time another core can create one: only a finished request does
+        (its client's next request, or a P/D hand-off), and not before that core's bound
+        (:meth:`EngineCore.finish_bound`)."""
         t = self.events[0][0] if self.events else math.inf
         for other in self.cores:
             if other is not core and other._wake_at is not None:  # type: ignore[attr-defined]
-                t = min(t, other._wake_at)  # type: ignore[attr-defined]
+                if other._wake_at < t:  # type: ignore[attr-defined]
+                    t = min(t, other.finish_bound(other._wake_at))  # type: ignore[attr-defined]
         return t
 
     def run(self, done: Callable[[], bool]) -> None:
