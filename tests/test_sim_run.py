@@ -163,3 +163,12 @@ def test_the_fast_path_is_exact_with_several_engines() -> None:
     one = small_engine()
     runs = [simulate_disagg(one, one, 1, 2, w, efficiency=EFF, config=SimConfig(fast_path=f)) for f in (True, False)]
     assert [r.chunks for r in runs[0].records] == [r.chunks for r in runs[1].records]
+
+
+def test_a_sweep_shares_one_step_cost_cache() -> None:
+    from pdtune.sim import simulate_sweep
+
+    results = simulate_sweep(small_engine(), [2, 8], 512, 32, efficiency=EFF, num_prompts=16)
+    assert [r.to_row()["concurrency"] for r in results] == [2, 8]
+    assert results[0].cost._terms is results[1].cost._terms  # the second point reused the first's terms
+    assert results[1].to_row()["tpot_ms_p50"] >= results[0].to_row()["tpot_ms_p50"]

@@ -34,7 +34,7 @@ from pdtune.sim.results import RequestRecord, SimResult
 from pdtune.sim.router import DPLoadBalancer
 from pdtune.sim.scheduler import Scheduler, SchedulerConfig
 from pdtune.sim.stepcost import StepCost
-from pdtune.sim.workload import Phase, Workload
+from pdtune.sim.workload import Phase, Workload, closed_loop
 from pdtune.state import StatePlan, plan_state
 
 #: vLLM's ``max_num_seqs`` when a prediction leaves it unset (``vllm serve`` on a 70 GiB+ GPU).
@@ -394,6 +394,22 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
     return result
 
 
+def simulate_sweep(engine: Engine, concurrencies: list[int], isl: int, osl: int, *, efficiency: Efficiency,
+                   config: SimConfig | None = None, harness: str = "vllm-bench", num_prompts: int | None = None,
+                   range_ratio: float | None = None, cost: StepCost | None = None) -> list[SimResult]:
+    """A concurrency sweep as a harness runs it (one closed loop per concurrency, ``num_prompts`` per point,
+    default ``10 x C``), sharing one step-cost cache: what ``predict``, ``validate`` and ``calibrate`` call for an
+    aggregated deployment. ``[r.to_row() for r in ...]`` are tidy rows labelled modeled."""
+    out: list[SimResult] = []
+    for c in concurrencies:
+        workload = closed_loop(c, isl, osl, num_prompts=num_prompts or 10 * c, range_ratio=range_ratio,
+                               harness=harness)
+        result = simulate(engine, workload, efficiency=efficiency, config=config, cost=cost)
+        cost = result.cost
+        out.append(result)
+    return out
+
+
 def _common(values) -> int | None:  # type: ignore[no-untyped-def]
     """The value every request has, else the rounded mean (a range ratio draws lengths)."""
     vals = list(values)
@@ -405,4 +421,4 @@ def _common(values) -> int | None:  # type: ignore[no-untyped-def]
 
 
 __all__ = ["DEFAULT_MAX_NUM_SEQS", "Clients", "Clock", "EngineSetup", "Phase", "SimConfig", "replace",
-           "setup_engine", "simulate"]
+           "setup_engine", "simulate", "simulate_sweep"]
