@@ -37,6 +37,7 @@ SHA256 = {
     "gemma-3-27b-it": "cabd884f5e0d4f01a5bd7fe14bd4bacd0bd83f3725a02acbdc4e72dc001835fa",
     "lfm2.5-vl-1.6b": "fbda22b139d38119d8548135b115ec5ec980202392d237267b9cd210da24a51e",
     "phi-3-mini-4k-instruct": "d81d79531772a0cafe4615997c659cbf53b831622daed49494b4a6937eef9dd3",
+    "qwen3.5-397b-a17b": "d544b09c0613c709540e749228a7f8144d4e67404a09a45c882a23efa2d8ee0a",
 }
 
 

@@ -8,6 +8,11 @@ Keys: ``max_concurrency``, ``completed``, ``total_input_tokens``, ``output_throu
 computed from them the way vLLM does (TPOT per request = (latency - TTFT) / (output tokens - 1)).
 vLLM does not store ISL/OSL; they come from the caller's hints (folder names), ``--metadata`` keys, or the
 measured means ``total_input_tokens / completed``.
+
+Some copies of the older ``benchmark_serving.py`` (InferenceX's ``benchmark_serving_random.py``, for one) write the
+same statistics in **seconds** under keys without the ``_ms`` suffix (``median_ttft``, ``p99_tpot``,
+``median_e2el``). The unit is taken from the key's name, never from the value's magnitude: a ``_ms`` key is read
+in milliseconds, the same key without the suffix in seconds, and the ``_ms`` key wins when a file has both.
 """
 
 from __future__ import annotations
@@ -155,10 +160,16 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         total_tps = output_tps + total_in / duration
 
     detail = _PerRequest(record, label)
-    ttft_p50 = number(record.get("median_ttft_ms"), label, "median_ttft_ms")
-    tpot_p50 = number(record.get("median_tpot_ms"), label, "median_tpot_ms")
+    ttft_p50, ttft_p50_key = latency_ms(record, "median", "ttft", label)
+    tpot_p50, tpot_p50_key = latency_ms(record, "median", "tpot", label)
     ttft_p99 = percentile(record, "ttft", 99, label)
     tpot_p99 = percentile(record, "tpot", 99, label)
+    ttft_p99_key, tpot_p99_key = "p99_ttft_ms", "p99_tpot_ms"
+    if ttft_p99 is None:
+        ttft_p99, ttft_p99_key = latency_ms(record, "p99", "ttft", label)
+    if tpot_p99 is None:
+        tpot_p99, tpot_p99_key = latency_ms(record, "p99", "tpot", label)
+    tpot_mean, _ = latency_ms(record, "mean", "tpot", label)
     row: Row = {
         "source": SOURCE,
         "path": source,
@@ -171,17 +182,29 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         "ttft_ms_p50": ttft_p50 if ttft_p50 is not None else detail.ms("ttft", 50),
         "ttft_ms_p99": ttft_p99 if ttft_p99 is not None else detail.ms("ttft", 99),
         "tpot_ms_p50": tpot_p50 if tpot_p50 is not None else detail.ms("tpot", 50),
-        "tpot_ms_mean": number(record.get("mean_tpot_ms"), label, "mean_tpot_ms"),
+        "tpot_ms_mean": tpot_mean,
         "tpot_ms_p99": tpot_p99 if tpot_p99 is not None else detail.ms("tpot", 99),
         "_label": label,
-        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput",
+        "_fields": {"tpot_ms_p50": tpot_p50_key, "throughput": "output_throughput",
                     "total_tps": "total_token_throughput", "output_tps": "output_throughput",
-                    "ttft_ms_p50": "median_ttft_ms", "ttft_ms_p99": "p99_ttft_ms", "tpot_ms_p99": "p99_tpot_ms"},
+                    "ttft_ms_p50": ttft_p50_key, "ttft_ms_p99": ttft_p99_key, "tpot_ms_p99": tpot_p99_key},
         "_output_tokens": number(record.get("total_output_tokens"), label, "total_output_tokens"),
         "_duration_s": duration,
     }
     row.update(deployment_fields(record, label))
     return [row]
+
+
+def latency_ms(record: dict[str, Any], stat: str, metric: str, source: str) -> tuple[float | None, str]:
+    """``{stat}_{metric}`` in milliseconds and the key it came from: the ``_ms`` key as it is, else the same key
+    without the suffix, which those copies of ``benchmark_serving.py`` write in seconds (the unit is the key's)."""
+    key = f"{stat}_{metric}_ms"
+    value = number(record.get(key), source, key)
+    if value is not None:
+        return value, key
+    seconds = f"{stat}_{metric}"
+    value = number(record.get(seconds), source, seconds)
+    return (value * 1e3 if value is not None else None), (seconds if value is not None else key)
 
 
 def _first_int(record: dict[str, Any], keys: tuple[str, ...], source: str) -> int | None:
