@@ -222,8 +222,9 @@ def render(
         f"  {'TPOT ms meas':>12} {'pred':>7} {'err':>6}  source"
     )
     for _, p in points[points["predicted"]].iterrows():
-        mark = (" (fitted on)" if p["in_sample"] else " (in a fitted group)" if not p["scored"] and p["repeat_of"] is None
-                else "") + (f" (repeat of {p['repeat_of']})" if p["repeat_of"] is not None else "")
+        repeat = p["repeat_of"] if isinstance(p["repeat_of"], str) else None
+        mark = (" (fitted on)" if p["in_sample"] else " (in a fitted group)" if not p["scored"] and repeat is None
+                else "") + (f" (repeat of {repeat})" if repeat is not None else "")
         where = f"{p['path']}" + (f"#{p['source_id']}" if p["source_id"] else "")
         lines.append(
             f"  {p['mode']:<6} {str(p['topology']):<16} {p['isl']:>5}/{p['osl']:<4} {p['concurrency']:>5}  "
