@@ -83,7 +83,12 @@ def test_calibrated_scores_are_held_out_and_the_rest_counted(card: ch8.Scorecard
 
 def test_the_peer_comparison_uses_the_same_rows_and_counts_the_rest(card: ch8.Scorecard) -> None:
     peer = peer_estimates()
-    assert set(peer["source_id"]) == set(card.rows["source_id"])
+    # The cached estimates cover every scored row but those of qwen3-235b-a22b-fp8, scored since issue 23 and not
+    # yet estimated (`make bench-peers` refreshes the cache); its rows count as aiconfigurator's "missing".
+    mine = set(card.rows["source_id"])
+    never = set(card.rows.loc[card.rows["model_key"] == "qwen3-235b-a22b-fp8", "source_id"])
+    assert mine - set(peer["source_id"]) == never and len(never) == 51
+    assert (card.rows.loc[card.rows["source_id"].isin(never), "aic_status"] == "missing").all()
     table = ch8.peer_table(card).set_index(["model", "gpu"])
     both = ch8.both_mask(card)
     assert int(table.loc[("all", "all"), "both_predicted"]) == int(both.sum())

@@ -200,7 +200,9 @@ def with_peer(frame: pd.DataFrame, peer: pd.DataFrame | None = None) -> pd.DataF
     """The scorecard with aiconfigurator's estimates beside it; rows it has no estimate for are ``missing``."""
     peer = peer_estimates() if peer is None else peer
     out = frame.merge(peer, on="source_id", how="left")
+    missing = out["aic_status"].isna()
     out["aic_status"] = out["aic_status"].fillna("missing")
+    out.loc[missing, "aic_error_text"] = "no cached estimate of this row (make bench-peers refreshes the cache)"
     for metric in ("ttft_ms_p50", "tpot_ms_p50"):
         value = pd.to_numeric(out[f"aic_{metric}"], errors="coerce").where(out["aic_status"] == "ok")
         out[f"aic_{metric}"] = value
