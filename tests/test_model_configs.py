@@ -103,8 +103,9 @@ def test_qwen3_235b_fp8_matches_the_silicon_rows(capsys: pytest.CaptureFixture[s
     assert main(["validate", str(silicon), "--model", "qwen3-235b-a22b-fp8", "--gpu", "h200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rows_used"] == 51 and out["rows_predicted"] == 51 and not out["unpredicted"]
-    [group] = out["by_model_gpu_mode"]
-    assert (group["model"], group["mode"], group["points"]) == ("Qwen/Qwen3-235B-A22B-FP8", "agg", 51)
+    # The H200 defaults were fitted on these very rows: each is marked in-sample, none is scored.
+    assert out["rows_fitted_on"] == 51 and out["in_sample_share"] == 1.0 and out["points"] == []
+    assert {(r["model"], r["mode"]) for r in out["fitted_on"]} == {("Qwen/Qwen3-235B-A22B-FP8", "agg")}
 
 
 # ------------------------------------------------------------------ gemma-2-9b-it: every other layer slides

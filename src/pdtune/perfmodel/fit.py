@@ -2,11 +2,15 @@
 
 A **deployment** is one model served on one GPU type with one layout and one weight precision
 (``mode``, ``topology``, quant modes); its rows are the sweep over concurrency and ISL/OSL. Calibration never
-splits a deployment: :func:`split_deployments` sends each deployment, with all its rows (repeated rows
-included), either to the fit or to the held-out set, and :func:`fit_efficiency` only ever sees the first.
+splits the group it holds out: :func:`split_deployments` sends each group (a deployment, or with ``--holdout-by``
+one ISL or concurrency across deployments: :func:`holdout_key`), with all its rows, either to the fit or to the
+held-out set, and :func:`fit_efficiency` only ever sees the first. Callers fold a measurement repeated under
+another id to one row first (:mod:`pdtune.perfmodel.repeats`), so it weighs once.
 
-The fit (``scipy.optimize.least_squares``, robust ``soft_l1`` loss) minimises the log-ratio of predicted to
-measured TTFT and TPOT over the aggregated rows it is given. The time-like factors enter every prediction
+The fit (``scipy.optimize.least_squares``) minimises the robust (soft-L1) misfit of the log-ratio of predicted to
+measured TTFT and TPOT over the aggregated rows it is given, plus a Gaussian pull of every factor towards where it
+starts (:class:`Objective`); how much of each fitted value the rows decide, and how much the pull, is
+:mod:`pdtune.perfmodel.sensitivity`'s question. The time-like factors enter every prediction
 linearly through the step terms of :mod:`pdtune.perfmodel.engine`, so they are fitted on precomputed
 matrices (:class:`TermMatrix`); ``arrival_clustering`` changes which steps a point is made of, so it is searched
 in an outer one-dimensional loop (``scipy.optimize.minimize_scalar``), each trial value re-planning the points.
@@ -84,7 +88,9 @@ PRIOR_WEIGHT = 0.07
 
 #: Where the public-data fits start and what they are pulled towards: physically reasoned round numbers (a third
 #: of the MoE kernels' and most of the dense kernels' peak, NVLink all-reduce latency of ~10 us, a 40 us floor per
-#: layer), not fitted to anything.
+#: layer), set by hand: not fitted to anything, and not taken from a datasheet or a published microbenchmark. The
+#: rows of the public sample move few of them (data/perfmodel/prior_sensitivity.csv): the fixed costs of the shipped
+#: defaults are these values.
 PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, step_overhead_s=0.5e-3,
                    layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
                    expert_compute=0.3, expert_hbm=0.7, attention_hbm=0.6, expert_overhead_s=0.1e-6,
