@@ -730,6 +730,8 @@ def build(root: Path) -> list[Case]:
         "model-list": cal_ok.replace("model: gpt-oss-120b", "model: [gpt-oss-120b]"),
         "fitted-list": cal_ok.replace("fitted_on:\n", "fitted_on: [1]\nx_fitted:\n"),
         "vllm-text": cal_ok.replace("vllm:\n- 0.18.0", "vllm: 0.18.0"),
+        "holdout-by": cal_ok + "holdout_by: model\n", "groups-text": cal_ok.replace("fitted_on:\n",
+                                                                                     "fitted_on:\n  groups: isl\n"),
         "not-calibration": "model: x\n", "binary": "\x00\x01",
     }
     for name, text in cal_variants.items():
@@ -760,6 +762,8 @@ def build(root: Path) -> list[Case]:
     for value in ("nan", "1.5", "-1", "inf"):
         add(2, f"calibrate-holdout-{value}", *calibrate, "--holdout", value, "--out", out / "cal.yaml",
             names="--holdout")
+    add(2, "calibrate-holdout-by-model", *calibrate, "--holdout-by", "model", "--out", out / "cal.yaml",
+        names="--holdout-by")
     cal_targets = (("below-a-file", out / "a-file" / "cal.yaml"), ("a-folder", out / "a-folder"),
                    ("proc", Path("/proc/pdtune-test/cal.yaml")), ("fifo", sp / "out-fifo"))
     if null is not None:
