@@ -81,7 +81,7 @@ def plan_state(
     speculative_method: str | None = None,
     decode_context_parallel_size: int = 1,
     hybrid_kv_cache_manager: bool | None = None,
-    allow_chunked_local_hma: bool = False,
+    allow_chunked_local_hma: bool | None = None,
     kv_connector_without_hma: bool = False,
     async_scheduling: bool | None = None,
     mamba_block_size: int | None = None,
@@ -98,7 +98,8 @@ def plan_state(
     ``decode_context_parallel_size`` shards full-attention tokens over that many ranks of the TP group.
     ``hybrid_kv_cache_manager``: None lets vLLM decide (off for chunked local attention unless
     ``allow_chunked_local_hma``, the ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` switch, and off
-    behind a KV connector that lacks HMA support, ``kv_connector_without_hma``).
+    behind a KV connector that lacks HMA support, ``kv_connector_without_hma``). ``allow_chunked_local_hma``
+    None takes the variable's default in the line (``envs.py``: 0 in 0.11, 1 from 0.20; the switches table).
     """
     sem = Semantics.for_version(vllm)
     _check_positive("--max-model-len", "max_model_len", max_model_len, limits.MAX_MODEL_LEN)
@@ -127,7 +128,8 @@ def plan_state(
                          f"unknown backend {backend!r}; known: {', '.join(KERNEL_BLOCK_TOKENS)}")
     if block_size is not None:
         _check_positive("--block-size", "block_size", block_size, limits.MAX_TOKENS_PER_STEP)
-    hma = _hybrid_manager(spec, speculation, hybrid_kv_cache_manager, allow_chunked_local_hma, kv_connector_without_hma)
+    allow_chunked = sem.chunked_local_hma if allow_chunked_local_hma is None else allow_chunked_local_hma
+    hma = _hybrid_manager(spec, speculation, hybrid_kv_cache_manager, allow_chunked, kv_connector_without_hma)
     mode = _mamba_mode(spec, sem, prefix_caching, mamba_cache_mode, num_speculative_tokens)
     if mamba_block_size is not None and mode is MambaCacheMode.NONE and mamba_block_size != max_model_len:
         raise InputError("--mamba-block-size", "mamba_block_size", "can only be set with --enable-prefix-caching")
@@ -353,6 +355,9 @@ def _mamba_mode(spec: ModelSpec, sem: Semantics, prefix_caching: bool, requested
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"unknown mode {requested!r}") from None
         if mode is MambaCacheMode.ALL and not sem.has_all_mode:
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"'all' does not exist in {sem.label}")
+        if mode is MambaCacheMode.ALL and spec.mamba is None:
+            # MambaModelConfig: a model without Mamba2 prefix-caching support falls back to "align".
+            return MambaCacheMode.ALIGN
         if mode is not MambaCacheMode.NONE and not sem.spec_in_recurrent_blocks:
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"{sem.label} has no mamba prefix caching")
         return mode
@@ -360,7 +365,7 @@ def _mamba_mode(spec: ModelSpec, sem: Semantics, prefix_caching: bool, requested
         return MambaCacheMode.NONE
     # 0.20-0.27: models implementing SupportsMambaPrefixCaching (the Mamba2 family) default to "all",
     # except with speculative decoding in 0.20-0.21; GDN models fall back to "align". 0.28+: "align".
-    if sem.has_all_mode and spec.mamba is not None:
+    if sem.all_mode_default and spec.mamba is not None:
         if sem.all_mode_yields_to_spec and num_spec > 0:
             return MambaCacheMode.ALIGN
         return MambaCacheMode.ALL
