@@ -15,7 +15,9 @@ have is bad input.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -187,7 +189,7 @@ def parse_assignment(text: str, source: str = "--vllm-env") -> tuple[str, str]:
 
 
 def check_env(pairs: Iterable[tuple[str, str]] | Mapping[str, object], version: str,
-              source: str = "--vllm-env") -> VllmEnv:
+              source: str = "--vllm-env", *, strict: bool = True) -> VllmEnv:
     """``pairs`` checked for ``version``: every name one pdtune applies and the line has, every value one vLLM
     reads; a name given twice with two values is refused (which one counts?)."""
     items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
@@ -200,6 +202,8 @@ def check_env(pairs: Iterable[tuple[str, str]] | Mapping[str, object], version: 
             known = ", ".join(sorted(APPLIED))
             raise InputError(source, name, f"not a vLLM environment variable pdtune applies (known: {known})")
         if value(f"env:{name}", version) == ABSENT:
+            if not strict:
+                continue  # another line than the one given (an article column at 0.11): it has no such variable
             raise InputError(source, name, f"vLLM {brief(version)} has no {name} (envs.py)")
         if val not in var.choices:
             raise InputError(source, name, f"value {brief(val)} is not one of {', '.join(var.choices)}")
@@ -216,7 +220,41 @@ def _spelled(raw: object) -> str:
     return str(raw).strip()
 
 
+def parse_assignments(texts: Iterable[str], source: str = "--vllm-env") -> tuple[tuple[str, str], ...]:
+    return tuple(parse_assignment(text, source) for text in texts)
+
+
 def env_from_args(args: object, version: str) -> VllmEnv:
     """``--vllm-env`` of a parsed command line (absent: the line's defaults)."""
     given = getattr(args, "vllm_env", None) or []
-    return check_env([parse_assignment(text) for text in given], version)
+    return check_env(parse_assignments(given), version)
+
+
+# The environment of the vLLM runs a command models: ``--vllm-env`` (or a parameters file's ``vllm_env:``) for
+# the command's duration. ``plan_state`` reads it wherever it is called from (``state``, ``predict``'s engines,
+# ``plan``'s search, the chapters), checked against the line it plans for.
+_ACTIVE: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("vllm_env", default=())
+_SOURCE: ContextVar[str] = ContextVar("vllm_env_source", default="--vllm-env")
+
+
+@contextmanager
+def vllm_environment(pairs: Iterable[tuple[str, str]] | Mapping[str, object],
+                     source: str = "--vllm-env") -> Iterator[None]:
+    items = tuple((str(k), _spelled(v)) for k, v in (pairs.items() if isinstance(pairs, Mapping) else pairs))
+    token, token_source = _ACTIVE.set(items), _SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        _SOURCE.reset(token_source)
+
+
+def active() -> tuple[tuple[str, str], ...]:
+    """The variables set for this command (name, value), unchecked."""
+    return _ACTIVE.get()
+
+
+def environment(version: str) -> VllmEnv:
+    """The environment a vLLM ``version`` run sees: the active variables over the line's defaults (checked
+    strictly where they were given, against the line the user named; a variable this line lacks is left out)."""
+    return check_env(_ACTIVE.get(), version, _SOURCE.get(), strict=False)

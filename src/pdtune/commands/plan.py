@@ -102,6 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per DP rank (default 8192)")
     shared_flag(p, "--vllm", default=PLAN_VLLM,
                 help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
+    shared_flag(p, "--vllm-env")
     p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")
     p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
     shared_flag(p, "--json", help="machine-readable output (what `pdtune recipe` reads)")

@@ -112,6 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
                 help=f"vLLM line whose state accounting and serving defaults apply (default {versions.DEFAULT_VLLM}; "
                      "the article ran 0.26.1)")
+    shared_flag(p, "--vllm-env")
     p.add_argument(
         "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
         help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",

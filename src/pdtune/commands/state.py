@@ -13,7 +13,6 @@ from pdtune.limits import MAX_MODEL_LEN, MAX_PARALLEL, MAX_TOKENS_PER_STEP
 from pdtune.memory import vllm_default_max_num_batched_tokens
 from pdtune.model import LayerKind, load_model
 from pdtune.state import KERNEL_BLOCK_TOKENS, SPECULATIVE_METHODS, MambaCacheMode, StatePlan, plan_state
-from pdtune.switches import CHUNKED_LOCAL_HMA, LONG_MAX_MODEL_LEN, env_from_args
 from pdtune.units import GiB, MiB, from_gib
 
 EPILOG = """\
@@ -147,7 +146,6 @@ def skip_layers_from_args(text: str) -> tuple[str, ...]:
 
 
 def plan_from_args(args: argparse.Namespace) -> StatePlan:
-    env = env_from_args(args, args.vllm)
     spec = load_model(args.model)
     prefix_caching = args.prefix_caching if args.prefix_caching is not None else True
     max_model_len = max_model_len_from_args(args)
@@ -170,12 +168,11 @@ def plan_from_args(args: argparse.Namespace) -> StatePlan:
         speculative_method=args.speculative_method,
         decode_context_parallel_size=args.decode_context_parallel_size,
         hybrid_kv_cache_manager=args.hybrid_kv_cache_manager,
-        allow_chunked_local_hma=True if args.allow_chunked_local_hma else env.flag(CHUNKED_LOCAL_HMA),
+        allow_chunked_local_hma=True if args.allow_chunked_local_hma else None,  # None: --vllm-env, else the default
         kv_connector_without_hma=args.kv_connector_without_hma,
         async_scheduling=args.async_scheduling,
         mamba_block_size=args.mamba_block_size,
         kv_cache_dtype_skip_layers=skip_layers_from_args(args.kv_cache_dtype_skip_layers),
-        check_max_model_len=not env.flag(LONG_MAX_MODEL_LEN),
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from pdtune import limits, versions
+from pdtune import limits, switches, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import CacheLayer, LayerKind, ModelSpec
 from pdtune.state.dtypes import KVDtype, kv_dtype
@@ -116,7 +116,8 @@ def plan_state(
     if tp % dcp:  # ParallelConfig: DCP reuses the TP ranks
         raise InputError("--decode-context-parallel-size", "decode_context_parallel_size",
                          f"tp_size={tp} must be divisible by dcp_size={dcp}")
-    if check_max_model_len:
+    env = switches.environment(sem.version)
+    if check_max_model_len and not env.flag(switches.LONG_MAX_MODEL_LEN):
         _check_max_model_len(spec, max_model_len)
     notes: list[str] = []
     speculation = _speculation(spec, num_speculative_tokens, speculative_model, speculative_method, tp)
@@ -128,7 +129,8 @@ def plan_state(
                          f"unknown backend {backend!r}; known: {', '.join(KERNEL_BLOCK_TOKENS)}")
     if block_size is not None:
         _check_positive("--block-size", "block_size", block_size, limits.MAX_TOKENS_PER_STEP)
-    allow_chunked = sem.chunked_local_hma if allow_chunked_local_hma is None else allow_chunked_local_hma
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE: --vllm-env's value, else the line's default (envs.py)
+    allow_chunked = env.flag(switches.CHUNKED_LOCAL_HMA) if allow_chunked_local_hma is None else allow_chunked_local_hma
     hma = _hybrid_manager(spec, speculation, hybrid_kv_cache_manager, allow_chunked, kv_connector_without_hma)
     mode = _mamba_mode(spec, sem, prefix_caching, mamba_cache_mode, num_speculative_tokens)
     if mamba_block_size is not None and mode is MambaCacheMode.NONE and mamba_block_size != max_model_len:
@@ -200,6 +202,7 @@ def plan_state(
             notes.append(f"{draft_count} {what} layer(s) join the KV cache")
 
     # (4) HMA off: local attention allocated as full attention
+    layer_specs = tuple(slots)  # every layer's spec as the model hands it to the planner (vLLM's kv_cache_spec)
     if not hma:
         slots = _promote_local(slots, notes)
         if rec_kind is not None:
@@ -234,6 +237,7 @@ def plan_state(
         hybrid_kv_cache_manager=hma,
         speculation=speculation,
         async_scheduling=_async_on(sem, async_scheduling, speculation),
+        layer_specs=layer_specs,
     )
 
 
