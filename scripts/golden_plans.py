@@ -200,18 +200,16 @@ def vllm_plan(case: dict, kv_memory: int) -> dict[str, object]:
     from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
 
     length = case["max_model_len"]
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "config.json").write_text(Path(case["config"]).read_text())
-        model = ModelConfig(model=tmp, skip_tokenizer_init=True, dtype="bfloat16", seed=0, max_model_len=length)
-        cache = CacheConfig(block_size=case["block_tokens"], gpu_memory_utilization=0.9, cache_dtype="auto",
-                            enable_prefix_caching=case["prefix_caching"])
-        cache.kv_cache_layout = "NHD"
-        scheduler = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=case["max_num_batched_tokens"],
-                                    max_model_len=length, enable_chunked_prefill=True, is_encoder_decoder=False,
-                                    async_scheduling=True)
-        vc = VllmConfig(model_config=model, cache_config=cache, scheduler_config=scheduler,
-                        parallel_config=ParallelConfig(tensor_parallel_size=case["tp"]),
-                        device_config=DeviceConfig(device="cpu"))
+    model = _model_config(case["config"], length)
+    cache = CacheConfig(block_size=case["block_tokens"], gpu_memory_utilization=0.9, cache_dtype="auto",
+                        enable_prefix_caching=case["prefix_caching"])
+    cache.kv_cache_layout = "NHD"
+    scheduler = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=case["max_num_batched_tokens"],
+                                max_model_len=length, enable_chunked_prefill=True, is_encoder_decoder=False,
+                                async_scheduling=True)
+    vc = VllmConfig(model_config=model, cache_config=cache, scheduler_config=scheduler,
+                    parallel_config=ParallelConfig(tensor_parallel_size=case["tp"]),
+                    device_config=DeviceConfig(device="cpu"))
     vc.scheduler_config.async_scheduling = True  # the CUDA default (uni/mp executor); see the docstring
     specs = {}
     for layer in case["layers"]:
@@ -240,6 +238,26 @@ def vllm_plan(case: dict, kv_memory: int) -> dict[str, object]:
     }
 
 
+_MODELS: dict[tuple[str, int], object] = {}
+_WORK = tempfile.TemporaryDirectory(prefix="golden-plans-")  # one folder per model, holding its config.json
+
+
+def _model_config(config: str, length: int):  # noqa: ANN202 - vLLM's ModelConfig
+    """One ``ModelConfig`` per model (its architecture inspection is the slow part), copied for each TP."""
+    import copy
+
+    from vllm.config import ModelConfig
+
+    key = (config, length)
+    if key not in _MODELS:
+        folder = Path(_WORK.name, Path(config).parent.name)
+        folder.mkdir(exist_ok=True)
+        (folder / "config.json").write_text(Path(config).read_text())
+        _MODELS[key] = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16", seed=0,
+                                   max_model_len=length)
+    return copy.deepcopy(_MODELS[key])
+
+
 def patch_cuda_answers() -> None:
     """The CUDA platform's answers where the CPU platform's differ (the docstring says which and why)."""
     from vllm.platforms import current_platform
@@ -265,10 +283,14 @@ def write_plans(specs_file: Path, out: Path) -> None:
                 record["vllm_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         cases.append(record)
         print(f"{case['model']} TP{case['tp']}: {record.get('vllm', record.get('vllm_error', record.get('pdtune_refuses')))}",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
+        _write(out, vllm.__version__, data["kv_memory_bytes"], cases)
+
+
+def _write(out: Path, version: str, memory: int, cases: list[dict]) -> None:
     out.write_text(json.dumps({
-        "vllm_version": vllm.__version__,
-        "kv_memory_bytes": data["kv_memory_bytes"],
+        "vllm_version": version,
+        "kv_memory_bytes": memory,
         "platform": "CPU, with the CUDA platform's support_hybrid_kv_cache() = True and async scheduling on",
         "layer_specs": "pdtune's (StatePlan.layer_specs), converted to vLLM's spec classes",
         "cases": cases,

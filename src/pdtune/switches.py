@@ -233,7 +233,10 @@ def env_from_args(args: object, version: str) -> VllmEnv:
 # The environment of the vLLM runs a command models: ``--vllm-env`` (or a parameters file's ``vllm_env:``) for
 # the command's duration. ``plan_state`` reads it wherever it is called from (``state``, ``predict``'s engines,
 # ``plan``'s search, the chapters), checked against the line it plans for.
-_ACTIVE: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("vllm_env", default=())
+_ACTIVE: ContextVar[tuple[tuple[str, str], ...] | None] = ContextVar("vllm_env", default=None)
+#: A notebook kernel's environment (a chapter's ``vllm_env`` parameter, :func:`set_process_environment`): what
+#: :func:`active` answers outside any :func:`vllm_environment` block.
+_PROCESS: list[tuple[tuple[str, str], ...]] = [()]
 _SOURCE: ContextVar[str] = ContextVar("vllm_env_source", default="--vllm-env")
 
 
@@ -249,12 +252,22 @@ def vllm_environment(pairs: Iterable[tuple[str, str]] | Mapping[str, object],
         _SOURCE.reset(token_source)
 
 
+def set_process_environment(pairs: Iterable[str] | Iterable[tuple[str, str]], version: str,
+                            source: str = "vllm_env") -> VllmEnv:
+    """Set the environment for the rest of this process (a chapter's kernel), checked for ``version``."""
+    items = [parse_assignment(p, source) if isinstance(p, str) else (str(p[0]), str(p[1])) for p in pairs]
+    env = check_env(items, version, source)
+    _PROCESS[0] = env.given
+    return env
+
+
 def active() -> tuple[tuple[str, str], ...]:
     """The variables set for this command (name, value), unchecked."""
-    return _ACTIVE.get()
+    current = _ACTIVE.get()
+    return _PROCESS[0] if current is None else current
 
 
 def environment(version: str) -> VllmEnv:
     """The environment a vLLM ``version`` run sees: the active variables over the line's defaults (checked
     strictly where they were given, against the line the user named; a variable this line lacks is left out)."""
-    return check_env(_ACTIVE.get(), version, _SOURCE.get(), strict=False)
+    return check_env(active(), version, _SOURCE.get(), strict=False)
