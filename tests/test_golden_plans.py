@@ -70,8 +70,12 @@ def test_pdtune_state_matches_vllms_planner(case: dict, capsys: pytest.CaptureFi
     plan = plan_state(load_model(case["model"]), max_model_len=case["max_model_len"], tp=case["tp"], vllm="0.33",
                       prefix_caching=False, max_num_batched_tokens=case["max_num_batched_tokens"],
                       kv_cache_dtype=case["kv_cache_dtype"])
-    ours = Counter((_pdtune_kind(str(g.kind)), len(g.layers) - g.padding_layers, g.page.block_size,
-                    g.blocks_per_request) for g in plan.groups)
+    # DeepSeek-V3.2's indexer key cache is a layer of its own in vLLM (DeepseekV32IndexerCache, in the MLA
+    # layers' UniformTypeKVCacheSpecs group); pdtune keeps its page in the MLA layer's slot (MLAPage): two vLLM
+    # layer names per pdtune slot, the same bytes.
+    names_per_slot = 2 if plan.model.indexer is not None else 1
+    ours = Counter((_pdtune_kind(str(g.kind)), (len(g.layers) - g.padding_layers) * names_per_slot,
+                    g.page.block_size, g.blocks_per_request) for g in plan.groups)
     theirs = Counter((VLLM_KIND[g["spec"]], g["layers"], g["block_size"], g["blocks_per_request"])
                      for g in want["groups"])
     if any(VLLM_KIND[g["spec"]] is None for g in want["groups"]):  # one group of one type: compare without kind

@@ -74,7 +74,7 @@ def test_every_row_is_one_run_of_lines_and_runs_tile_the_lines() -> None:
 
 def test_table_size_and_the_flips_the_issue_names() -> None:
     rows = switches.rows()
-    assert len(rows) == 198 and len({r.name for r in rows}) == 117
+    assert len(rows) == 202 and len({r.name for r in rows}) == 119
     # envs.py: "0" in 0.11, "1" from 0.20 (the wheels between: 0.13.0 "0", 0.14.0 "1", chunked-local-default.csv)
     assert switches.value("env:VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0.11") == "0"
     assert switches.value("env:VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0.20") == "1"

@@ -127,6 +127,14 @@ def number(name: str, version: str) -> int | float | None:
             raise DataError(table_path(), name, f"not a number: {brief(got)}") from None
 
 
+def default_gpu_memory_utilization(version: str) -> float:
+    """``--gpu-memory-utilization``'s default in ``version``'s line (``EngineArgs``: 0.9 in 0.11, 0.92 from 0.20)."""
+    got = number("arg:gpu_memory_utilization", version)
+    if not isinstance(got, float):
+        raise DataError(table_path(), "arg:gpu_memory_utilization", f"not a fraction: {brief(got)}")
+    return got
+
+
 # ------------------------------------------------------------------------------------ --vllm-env
 
 

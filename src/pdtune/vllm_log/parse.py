@@ -25,8 +25,7 @@ def default_gpu_memory_utilization(version: str) -> float:
     """``EngineArgs.gpu_memory_utilization``'s default in ``version``'s line (data/vllm/switches.csv)."""
     from pdtune import switches
 
-    value = switches.number("arg:gpu_memory_utilization", version)
-    return float(value) if value is not None else DEFAULT_GPU_MEMORY_UTILIZATION
+    return switches.default_gpu_memory_utilization(version)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
 # "LEVEL MM-DD HH:MM:SS[.fff] [file.py:N] message": every part bounded, so a search is linear in the line.
