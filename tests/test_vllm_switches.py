@@ -74,7 +74,7 @@ def test_every_row_is_one_run_of_lines_and_runs_tile_the_lines() -> None:
 
 def test_table_size_and_the_flips_the_issue_names() -> None:
     rows = switches.rows()
-    assert len(rows) == 202 and len({r.name for r in rows}) == 119
+    assert len(rows) == 208 and len({r.name for r in rows}) == 122
     # envs.py: "0" in 0.11, "1" from 0.20 (the wheels between: 0.13.0 "0", 0.14.0 "1", chunked-local-default.csv)
     assert switches.value("env:VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0.11") == "0"
     assert switches.value("env:VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0.20") == "1"
@@ -238,3 +238,42 @@ def test_long_max_model_len_variable_lifts_the_config_limit(capsys: pytest.Captu
 
 def test_current_line_is_in_the_table() -> None:
     assert switches.lines()[-1] == versions.CURRENT
+
+
+# ------------------------------------------------------------------------------------ the workbook's vllm_env
+
+
+def test_workbook_vllm_env_reaches_the_chapters_and_the_plan(tmp_path: Path) -> None:
+    from pdtune.workbook.parameters import load_parameters
+    from pdtune.workbook.planning import scenario_settings
+
+    base = (data_dir() / "params" / "llama-3.1-70b-h200.yaml").read_text()
+    path = tmp_path / "p.yaml"
+    path.write_text(base + "vllm_env:\n  VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE: 0\n")
+    params = load_parameters(path)
+    assert params.resolved.vllm_env == ("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0",)
+    assert params.values()["vllm_env"] == ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0"]
+    settings = scenario_settings(params.resolved)
+    assert settings.vllm_env == (("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0"),)
+    assert settings.to_dict()["vllm_env"] == {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}
+    # a chapter's kernel: the parameter sets the process's environment, which plan_state then reads
+    from pdtune.model import load_model
+    from pdtune.state import plan_state
+
+    try:
+        switches.set_process_environment(params.values()["vllm_env"], "0.33")
+        plan = plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=32768)
+        assert plan.pool_blocks_per_request == 2048
+    finally:
+        switches.set_process_environment([], "0.33")
+    assert plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=32768).pool_blocks_per_request == 6656
+
+
+def test_every_chapter_that_takes_vllm_takes_vllm_env() -> None:
+    for path in sorted((REPO / "notebooks").glob("0*.md")):
+        text = path.read_text()
+        cell = text[text.index(":tags: [parameters]"):]
+        cell = cell[:cell.index("```")]
+        if "\nvllm: str" in cell:
+            assert "\nvllm_env: list[str] = []" in cell, path.name
+            assert "set_process_environment(vllm_env, vllm)" in text, path.name

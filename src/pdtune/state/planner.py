@@ -362,10 +362,10 @@ def _mamba_mode(spec: ModelSpec, sem: Semantics, prefix_caching: bool, requested
         if mode is MambaCacheMode.ALL and spec.mamba is None:
             # MambaModelConfig: a model without Mamba2 prefix-caching support falls back to "align".
             return MambaCacheMode.ALIGN
-        if mode is not MambaCacheMode.NONE and not sem.spec_in_recurrent_blocks:
+        if mode is not MambaCacheMode.NONE and not sem.hybrid_prefix_caching:
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"{sem.label} has no mamba prefix caching")
         return mode
-    if not prefix_caching or not sem.spec_in_recurrent_blocks:
+    if not prefix_caching or not sem.hybrid_prefix_caching:  # 0.11: MambaModelConfig turns it off for hybrids
         return MambaCacheMode.NONE
     # 0.20-0.27: models implementing SupportsMambaPrefixCaching (the Mamba2 family) default to "all",
     # except with speculative decoding in 0.20-0.21; GDN models fall back to "align". 0.28+: "align".

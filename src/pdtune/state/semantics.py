@@ -38,6 +38,8 @@ field                                         rule (vLLM)
 ``chunked_local_hma``                         ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``'s
                                               default: the hybrid KV-cache manager stays on for chunked
                                               local attention (Llama 4)
+``hybrid_prefix_caching``                     hybrid models keep prefix caching (0.11's
+                                              ``MambaModelConfig`` turns it off)
 ============================================  ===========================================================
 """
 
@@ -85,6 +87,7 @@ ROWS: dict[str, str | tuple[str, str]] = {
     "kda_ssm_dtype_configurable": "rule:kda_ssm_dtype_configurable",
     "short_conv_spec_rows": "rule:short_conv_speculative_rows",
     "chunked_local_hma": ("env:VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1"),
+    "hybrid_prefix_caching": ("rule:hybrid_models_disable_prefix_caching", "no"),
 }
 
 
@@ -126,6 +129,7 @@ class Semantics:
     kda_ssm_dtype_configurable: bool
     short_conv_spec_rows: bool
     chunked_local_hma: bool
+    hybrid_prefix_caching: bool
 
     @classmethod
     def for_version(cls, version: str = versions.CURRENT) -> Semantics:
