@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation \
-	vllm-switches golden-plans
+	scheduler-traces vllm-switches golden-plans
 
 venv: $(STAMP)
 
@@ -66,6 +66,17 @@ lab: venv assets
 bench: venv
 	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status
 
+# vLLM's own scheduler on this CPU, step by step, for pdtune.sim to replay (tests/test_sim_traces.py): vLLM 0.33.0
+# from PyPI in its own venv (VLLM_REF, git-ignored, ~9 GB; never the project's venv); the traces are data
+# (data/vllm/scheduler-traces/), rewritten here and replayed at once. `make scheduler-traces VLLM_REF=/path` reuses
+# an existing venv.
+VLLM_REF ?= .vllm-ref
+scheduler-traces: venv
+	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
+	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
+	nice $(VLLM_REF)/bin/python scripts/scheduler_traces.py --out data/vllm/scheduler-traces
+	$(BIN)/python -m pdtune.sim.trace data/vllm/scheduler-traces
+
 # The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
 # or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script
 # runs and prints its numbers; the target fails at the end if one of them missed its target.
@@ -98,10 +109,8 @@ vllm-switches: venv
 	  --src $(VLLM_SRC)/lines --src $(VLLM_SRC)/between --out data/vllm/chunked-local-default.csv
 	PDTUNE_VLLM_SRC=$(VLLM_SRC)/lines $(BIN)/python -m pytest -q tests/test_vllm_switches.py
 
-# Golden plans from vLLM 0.33.0's own KV planner, run on CPU in a venv of its own (VLLM_REF, git-ignored, about
-# 9 GB; never the project's venv): data/vllm/golden-plans.json, compared with `pdtune state` by
-# tests/test_golden_plans.py in make test.
-VLLM_REF ?= .vllm-ref
+# Golden plans from vLLM 0.33.0's own KV planner, run on CPU in the same venv of its own (VLLM_REF above):
+# data/vllm/golden-plans.json, compared with `pdtune state` by tests/test_golden_plans.py in make test.
 golden-plans: venv
 	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
 	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
