@@ -598,7 +598,8 @@ def build(root: Path) -> list[Case]:
         field="VLLM_NOPE")
     for name, text in (("unknown", "vllm_env:\n  VLLM_NOPE: 1\n"), ("value", f"vllm_env:\n  {chunked}: 7\n"),
                        ("list-no-equals", f"vllm_env: [{chunked}]\n")):
-        add(0, f"workbook-vllm-env-{name}", "workbook", write(p / f"vllm-env-{name}.yaml", base + text), "--out",
+        add(0, f"workbook-vllm-env-{name}", "workbook", write(p / f"vllm-env-{name}.yaml",
+                                                             base.replace("vllm_env: {}\n", text)), "--out",
             out / "wb", names=f"vllm-env-{name}.yaml", field="vllm_env")
 
     # ---------------------------------------------------------------- 11: bundled data (own processes)
