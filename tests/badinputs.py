@@ -579,6 +579,29 @@ def build(root: Path) -> list[Case]:
         names="topology")
     add(10, "state-vllm-megabyte", *state, "qwen3-32b", "--vllm", "v" * (1 << 20), names="--vllm")
 
+    # ---------------------------------------------------------------- 0: --vllm-env / vllm_env (issue 24)
+    chunked = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+    for name, value, field_ in (("unknown-name", "VLLM_NOT_A_SWITCH=1", "VLLM_NOT_A_SWITCH"),
+                                ("bad-value", f"{chunked}=yes", chunked),
+                                ("no-equals", chunked, "vllm_env"),
+                                ("not-in-line", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"),
+                                ("twice", f"{chunked}=0", chunked)):
+        extra = ("--vllm", "0.11") if name == "not-in-line" else ()
+        again = ("--vllm-env", f"{chunked}=1") if name == "twice" else ()
+        add(0, f"state-vllm-env-{name}", *state, "qwen3-32b", *extra, "--vllm-env", value, *again, names="--vllm-env",
+            field=field_)
+    add(0, "predict-vllm-env-unknown", "predict", "qwen3-32b", *predict, "--vllm-env", "VLLM_NOPE=1",
+        names="--vllm-env", field="VLLM_NOPE")
+    add(0, "plan-vllm-env-bad-value", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+        "--osl", "128", "--vllm-env", f"{chunked}=2", names="--vllm-env", field=chunked)
+    add(0, "log-vllm-env-unknown", "log", log33, "--model", qwen32, "--vllm-env", "VLLM_NOPE=1", names="--vllm-env",
+        field="VLLM_NOPE")
+    for name, text in (("unknown", "vllm_env:\n  VLLM_NOPE: 1\n"), ("value", f"vllm_env:\n  {chunked}: 7\n"),
+                       ("list-no-equals", f"vllm_env: [{chunked}]\n")):
+        add(0, f"workbook-vllm-env-{name}", "workbook", write(p / f"vllm-env-{name}.yaml",
+                                                             base.replace("vllm_env: {}\n", text)), "--out",
+            out / "wb", names=f"vllm-env-{name}.yaml", field="vllm_env")
+
     # ---------------------------------------------------------------- 11: bundled data (own processes)
     broken = root / "data-broken"
     if not broken.exists():
