@@ -75,7 +75,7 @@ scheduler-traces: venv
 	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
 	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
 	nice $(VLLM_REF)/bin/python scripts/scheduler_traces.py --out data/vllm/scheduler-traces
-	$(BIN)/python -m pdtune.sim.trace data/vllm/scheduler-traces
+	$(BIN)/python -m pdtune.sim.replay data/vllm/scheduler-traces
 
 # The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
 # or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script
