@@ -38,16 +38,20 @@ what a benchmark's ``--max-concurrency`` would be set to.
 
 
 from pdtune.plan.files import load_plan
+from pdtune.plan.evaluate import LATENCY_MODEL, Evaluator, evaluate_rows, steady_state
 from pdtune.plan.inputs import (
     DEFAULT_FLOORS,
     GRID,
+    PLAN_FORMAT,
     PLAN_VLLM,
     ROW_COLUMNS,
     PlanSettings,
     Sla,
     TpotP90,
+    TtftCeiling,
     sla_list,
     tpot_p90_rule,
+    ttft_ceiling,
 )
 from pdtune.plan.pools import (
     Candidate,
@@ -57,10 +61,11 @@ from pdtune.plan.pools import (
     pool_factors,
     spans_nvlink_domain,
 )
-from pdtune.plan.search import Pick, Plan, picks_sentence, plan
+from pdtune.plan.search import Pick, Plan, ceil_to, comparison_sentence, floor_to, picks_sentence, plan
 
 __all__ = [
-    "DEFAULT_FLOORS", "GRID", "PLAN_VLLM", "ROW_COLUMNS", "Candidate", "Factors", "Pick", "Plan", "PlanSettings",
-    "Rejected", "Sla", "TpotP90", "candidate_topologies", "load_plan", "picks_sentence", "plan", "pool_factors",
-    "sla_list", "spans_nvlink_domain", "tpot_p90_rule",
+    "DEFAULT_FLOORS", "GRID", "LATENCY_MODEL", "PLAN_FORMAT", "PLAN_VLLM", "ROW_COLUMNS", "Candidate", "Evaluator",
+    "Factors", "Pick", "Plan", "PlanSettings", "Rejected", "Sla", "TpotP90", "TtftCeiling", "candidate_topologies",
+    "ceil_to", "comparison_sentence", "evaluate_rows", "floor_to", "load_plan", "picks_sentence", "plan",
+    "pool_factors", "sla_list", "spans_nvlink_domain", "steady_state", "tpot_p90_rule", "ttft_ceiling",
 ]

@@ -15,7 +15,19 @@ from pdtune.frontier import rate_match, sla_pick, upper_envelope
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel import build_engine
-from pdtune.plan.inputs import DEFAULT_FLOORS, PlanSettings, ROW_COLUMNS, Sla, TpotP90, tpot_p90_rule
+from pdtune.plan.aggregated import aggregated_pool, bottleneck_words
+from pdtune.plan.evaluate import LATENCY_MODEL, LATENCY_NOTE, Evaluator, evaluate_rows, steady_state
+from pdtune.plan.inputs import (
+    DEFAULT_FLOORS,
+    PLAN_FORMAT,
+    ROW_COLUMNS,
+    PlanSettings,
+    Sla,
+    TpotP90,
+    TtftCeiling,
+    tpot_p90_rule,
+    ttft_ceiling,
+)
 from pdtune.plan.pools import (
     Candidate,
     Factors,
@@ -38,7 +50,7 @@ from pdtune.units import MiB
 
 @dataclass(frozen=True)
 class Pick:
-    """The best row for one SLA, or how close the rows get."""
+    """The best row for one SLA, or how close the rows get; the runner-up, and aggregated against xPyD."""
 
     sla: Sla
     met: bool
@@ -46,10 +58,16 @@ class Pick:
     closest_row: int | None  # when not met: the row with the smallest shortfall
     shortfall: float | None  # relative miss of the closest row (0.1 = 10 % short)
     candidates: int  # rows meeting the SLA
+    runner_up: int | None = None  # the next best row meeting it, of another deployment
+    best_agg: int | None = None  # the best aggregated and the best disaggregated row meeting it
+    best_disagg: int | None = None
+    above_ceiling: bool = False  # the pick's TTFT is above the plan's TTFT ceiling (no row meeting it is below)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sla": self.sla.to_dict(), "describe": self.sla.describe(), "met": self.met, "row": self.row,
-                "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates}
+                "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates,
+                "runner_up_row": self.runner_up, "best_agg_row": self.best_agg, "best_disagg_row": self.best_disagg,
+                "above_ttft_ceiling": self.above_ceiling}
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +88,9 @@ class Plan:
     transfers: dict[str, dict[str, Any]]  # per prefill -> decode layout pair and link: the transfer
     factors: dict[str, Factors] = field(default_factory=dict)  # per pool: the model's factors and their source
     tpot_p90: TpotP90 | None = None  # how modeled rows' TPOT p90 is obtained
+    ceiling: TtftCeiling | None = None  # the TTFT a pick should stay under, and where it comes from
+    latency_model: str = LATENCY_MODEL  # what the reported rows' latencies come from
+    model_id: str | None = None  # the model's Hub id (config _name_or_path, or the bundled model's)
 
     @property
     def frontier(self) -> pd.DataFrame:
@@ -96,7 +117,8 @@ class Plan:
         return {"throughput": _plain_row(top), "latency": _plain_row(fast)}
 
     def search_summary(self) -> pd.DataFrame:
-        """Per role: layouts tried, kept as candidates, rejected (heads, experts, memory, budget) and pruned."""
+        """Per role (prefill, decode, aggregated): layouts kept as candidates, rejected (heads, experts, memory,
+        budget) and pruned."""
         rows = []
         for role in ("prefill", "decode"):
             rows.append({
@@ -108,13 +130,25 @@ class Plan:
                 "network_charged": sum(1 for c in self.candidates if c.role == role and c.network_charged),
                 "source": ", ".join(sorted({c.source.split(":")[0] for c in self.candidates if c.role == role})),
             })
+        if self.settings.aggregated:
+            agg = self.rows[self.rows["mode"] == "agg"]
+            rows.append({
+                "role": "aggregated",
+                "gpu": ", ".join(sorted(set(agg["prefill_gpu"].astype(str)))),
+                "candidates": self.counts.get("aggregated_candidates", 0),
+                "rejected": sum(1 for r in self.rejected if r.role == "aggregated"),
+                "pruned": 0,
+                "network_charged": int(agg.groupby("deployment")["network_charged"].first().sum()) if len(agg) else 0,
+                "source": "modeled",
+            })
         return pd.DataFrame(rows)
 
     def transfer_frame(self) -> pd.DataFrame:
-        """One row per prefill -> decode layout pair and link of the table: bytes, link, time, share of TTFT."""
+        """One row per prefill -> decode layout pair and link of the table's disaggregated rows: bytes, link,
+        time, share of TTFT."""
         cols = ["prefill_topology", "decode_topology", "mtp_tokens", "kv_link", "kv_mib_per_request",
                 "kv_transfer_ms", "prefill_block_tokens", "decode_block_tokens", "block_size_to_set"]
-        frame = self.table[cols + ["kv_transfer_share"]]
+        frame = self.table.loc[self.table["mode"] == "disagg", cols + ["kv_transfer_share"]]
         return (frame.groupby(cols, dropna=False, sort=False)["kv_transfer_share"]
                 .agg(["min", "max"]).rename(columns={"min": "share_of_ttft_min", "max": "share_of_ttft_max"})
                 .reset_index())
@@ -144,19 +178,52 @@ class Plan:
                         "not in the predicted TPOT, and MTP decode candidates are off while a draft is given"),
         }
 
+    def warnings(self) -> list[str]:
+        """One line per pick whose TTFT is above the plan's TTFT ceiling (nothing meeting its SLA is below)."""
+        out = []
+        c = self.ceiling
+        for pick in self.picks:
+            if pick.met and pick.above_ceiling and c is not None and pick.row is not None:
+                r = self.row(pick.row)
+                out.append(f"warning: the pick for {pick.sla.describe()} (row {pick.row}, {r['deployment']}) has a "
+                           f"TTFT of {ceil_to(r['ttft_ms_p50']):,.0f} ms, above the TTFT ceiling of {c.ms:,.0f} ms "
+                           f"({c.source}); no row meeting the SLA is below it")
+        return out
+
+    def comparison(self, pick: Pick) -> dict[str, Any]:
+        """Aggregated against disaggregated for one SLA: the best row of each, which wins, by how much."""
+        agg = self.row(pick.best_agg) if pick.best_agg is not None else None
+        dis = self.row(pick.best_disagg) if pick.best_disagg is not None else None
+        winner, ratio = None, None
+        if agg is not None and dis is not None:
+            winner = "agg" if agg["tps_per_gpu"] > dis["tps_per_gpu"] else "disagg"
+            hi, lo = sorted((agg["tps_per_gpu"], dis["tps_per_gpu"]), reverse=True)
+            ratio = hi / lo if lo > 0 else None
+        elif agg is not None or dis is not None:
+            winner = "agg" if agg is not None else "disagg"
+        return {"sla": pick.sla.describe(), "agg_row": pick.best_agg, "disagg_row": pick.best_disagg,
+                "winner": winner, "ratio": ratio, "sentence": comparison_sentence(self, pick)}
+
     def to_dict(self) -> dict[str, Any]:
         extras = self.state_extras()
         settings = self.settings.to_dict()
         if extras is not None and extras["speculative_method"]:
             settings["speculative_method"] = extras["speculative_method"]  # what the recipes write
         return {
+            "pdtune_plan": PLAN_FORMAT,
             "generator": "pdtune plan",
             "modeled": self.modeled,
+            "latency_model": self.latency_model,
+            "latency_note": LATENCY_NOTE if self.latency_model == LATENCY_MODEL else "",
+            "ttft_ceiling": self.ceiling.to_dict() if self.ceiling is not None else None,
+            "warnings": self.warnings(),
+            "comparisons": [self.comparison(p) for p in self.picks],
             "modeled_note": ("rows built on modeled sweeps are predictions of pdtune.perfmodel (a roofline "
                              "model), not measurements") if self.modeled else "",
             "settings": settings,
             "model": {"name": self.spec.name, "source": self.spec.source, "precision": self.spec.weights.name,
-                      "hybrid": self.spec.is_hybrid, "num_mtp_layers": self.spec.num_mtp_layers},
+                      "hybrid": self.spec.is_hybrid, "num_mtp_layers": self.spec.num_mtp_layers,
+                      "hub_id": self.model_id},
             "gpus": {"prefill": self.prefill_gpu.to_dict(), "decode": self.decode_gpu.to_dict()},
             "factors": {role: f.to_dict() for role, f in self.factors.items()},
             "tpot_p90": self.tpot_p90.to_dict() if self.tpot_p90 is not None else None,
@@ -193,11 +260,13 @@ def plan(
     prefill_results: Sequence[str] | None = None,
     decode_results: Sequence[str] | None = None,
     require_sla: bool = False,
+    evaluator: Evaluator | None = None,
 ) -> Plan:
     """Search ``settings``'s space and pick for each SLA (``DEFAULT_FLOORS`` when none is given).
 
     ``require_sla``: an SLA nothing meets is bad input (the CLI's behaviour when the user names one), with the
-    closest row in the message; otherwise it is a pick with ``met=False``.
+    closest row in the message; otherwise it is a pick with ``met=False``. ``evaluator`` re-evaluates the rows
+    the plan reports (:mod:`pdtune.plan.evaluate`; default: the steady-state model).
     """
     s = settings
     spec = load_model(s.model)
@@ -213,6 +282,7 @@ def plan(
         pools[role] = (_measured_pool(given, spec, gpu, role, s) if given
                        else _modeled_pool(spec, gpu, role, s, factors[role].efficiency))
     ttft_limited = any(sla.max_ttft_ms is not None for sla in slas)
+    unloaded = _unloaded_ttft(pools["prefill"])  # before pruning: the fastest prompt alone
     _prune_sweeps(pools["prefill"], "prefill", s.osl)
     if not ttft_limited:
         # Decode pruning can drop a slower sweep whose lower rate would let a lighter prefill point meet a TTFT
@@ -220,24 +290,66 @@ def plan(
         _prune_sweeps(pools["decode"], "decode", s.osl)
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
     rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    agg_rejected: list[Rejected] = []
+    agg_layouts = 0
+    if s.aggregated:
+        kinds = [("prefill", prefill_gpu)] + ([("decode", decode_gpu)] if s.mixed else [])
+        parts = [rows]
+        for role, gpu in kinds:
+            pool = aggregated_pool(spec, gpu, s, factors[role].efficiency)
+            parts += pool.rows
+            agg_rejected += pool.rejected
+            agg_layouts += len(pool.layouts)
+            unloaded = min(unloaded, pool.unloaded_ttft_ms)
+        rows = pd.concat(parts, ignore_index=True)
+    rows["mode"] = rows["mode"].astype(str)
+    for col in _COUNT_COLUMNS:  # whole numbers, absent (NA) where a mode has none
+        if col in rows.columns:
+            rows[col] = rows[col].astype("Int64")
+    rows = evaluate_rows(rows, p90)  # the search's own ranking: steady state
+    ceiling = ttft_ceiling(s, unloaded)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
-    table, picks = _picks(rows, floors, require_sla=require_sla and bool(slas))
+    table, picks = _report(rows, floors, evaluator or steady_state(p90), ceiling,
+                           require_sla=require_sla and bool(slas))
     counts.update({
         "prefill_candidates": len(pools["prefill"].candidates),
         "decode_candidates": len(pools["decode"].candidates),
+        "aggregated_candidates": agg_layouts,
         "rejected": len(pools["prefill"].rejected) + len(pools["decode"].rejected),
+        "aggregated_rejected": len(agg_rejected),
         "pruned": len(pools["prefill"].pruned) + len(pools["decode"].pruned),
         "decode_points_above_kv_room": pools["decode"].dropped_above_room,
         "feasible_rows": len(rows),
+        "aggregated_rows": int((rows["mode"] == "agg").sum()),
         "frontier_rows": int(table["on_frontier"].sum()),
         "rows_network_charged": int(rows["network_charged"].sum()),
         "frontier_rows_network_charged": int(table.loc[table["on_frontier"], "network_charged"].sum()),
     })
     return Plan(s, spec, prefill_gpu, decode_gpu,
                 tuple(pools["prefill"].candidates + pools["decode"].candidates),
-                tuple(pools["prefill"].rejected + pools["decode"].rejected),
+                tuple(pools["prefill"].rejected + pools["decode"].rejected + agg_rejected),
                 tuple(pools["prefill"].pruned + pools["decode"].pruned), rows, table, tuple(picks), counts,
-                transfers, factors, p90)
+                transfers, factors, p90, ceiling, (evaluator or steady_state(p90)).name, _model_id(spec))
+
+
+#: Counts one serving mode has and the other has not: nullable integers in the rows.
+_COUNT_COLUMNS = ("n_prefill_workers", "n_decode_workers", "gpus_prefill", "gpus_decode", "prefill_concurrency",
+                  "decode_concurrency", "prefill_block_tokens", "decode_block_tokens", "agg_replicas",
+                  "server_concurrency")
+
+
+def _unloaded_ttft(pool: _Pool) -> float:
+    """The TTFT of one request alone on the fastest prefill candidate (its sweep's lowest TTFT), in ms."""
+    values = [float(f["ttft_ms_p50"].min()) for f in pool.sweeps if len(f)]
+    return min(values) if values else math.inf
+
+
+def _model_id(spec: ModelSpec) -> str | None:
+    """The Hub id ``vllm serve`` loads: the config's ``_name_or_path``, else the bundled model's
+    (``data/models/hub-ids.csv``); None when neither names one."""
+    from pdtune.model.hub import hub_id
+
+    return hub_id(spec)
 
 
 def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
@@ -399,25 +511,24 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
     d_ranks = matched["n_decode_workers"].to_numpy() * col["d_dp"]
     utilization = np.maximum(rate / p_ranks * col["send"], rate / d_ranks * col["recv"]) / col["bandwidth"]
     total_ttft = ttft + col["ms"]
-    # TPOT p90: a measured decode sweep's own p99 (>= p90) where it has one, else TPOT x the stated factor.
+    # The sweeps' own tails where they were measured (the evaluation step turns them into p90/p99).
+    dsource = col["dsource"].astype(str)
     p99 = matched["tpot_ms_p99"].to_numpy(dtype=float)
-    measured_p99 = np.char.startswith(col["dsource"].astype(str), "measured") & np.isfinite(p99)
-    tpot_p90 = np.where(measured_p99, p99, tpot * ctx.tpot_p90.factor)
-    scaled = f"TPOT x {ctx.tpot_p90.factor:.2f}"
-    decode_modeled = np.char.startswith(col["dsource"].astype(str), "modeled")
-    p90_basis = np.where(measured_p99, "measured p99 TPOT of the decode sweep (bounds the p90)",
-                         np.where(decode_modeled, f"modeled {scaled}", f"measured median {scaled}"))
+    measured_tpot_p99 = np.where(np.char.startswith(dsource, "measured") & np.isfinite(p99), p99, np.nan)
+    ttft99 = matched["ttft_ms_p99"].to_numpy(dtype=float)
+    measured_ttft_p99 = np.where(np.char.startswith(col["psource"].astype(str), "measured") & np.isfinite(ttft99),
+                                 np.maximum(ttft99, ttft) + col["ms"], np.nan)
     block = pd.array(col["to_set"].astype(np.int64), dtype="Int64")
     block[col["to_set"] == 0] = pd.NA
     out = matched.assign(
         deployment=matched["deployment"].astype(str),
         prefill_ttft_ms=ttft,
+        mode="disagg",
         ttft_ms_p50=total_ttft,
-        ttft_ms_p99=matched["ttft_ms_p99"].to_numpy(dtype=float) + col["ms"],
+        measured_ttft_ms_p99=measured_ttft_p99,
+        measured_tpot_ms_p99=measured_tpot_p99,
         kv_transfer_ms=col["ms"],
         kv_transfer_share=col["ms"] / total_ttft,
-        tpot_ms_p90=tpot_p90,
-        tpot_p90_basis=p90_basis,
         kv_link=keys["scope"].to_numpy(),
         kv_mib_per_request=col["mib"],
         kv_link_utilization=utilization,
@@ -459,64 +570,158 @@ def _room_with_block(ctx: _Context, topo: Topology, k: int, room: int, block: in
     return float(math.floor(room * own / forced))
 
 
-def _picks(rows: pd.DataFrame, slas: Sequence[Sla], *, require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
-    """The frontier (numbered rows) plus a row per SLA pick; the picks."""
+def _ranked(rows: pd.DataFrame, mask: np.ndarray) -> list[Any]:
+    """Labels of the rows in ``mask``, best first: most tokens/s per GPU, then fewest GPUs, then the most
+    tokens/s per user (the frontier's tie rule), then the label."""
+    sub = rows[mask]
+    order = np.lexsort((sub["deployment"].astype(str).to_numpy(), -sub["tps_per_user"].to_numpy(dtype=float),
+                        sub["gpus_total"].to_numpy(dtype=float), -sub["tps_per_gpu"].to_numpy(dtype=float)))
+    return list(sub.index[order])
+
+
+@dataclass
+class _Choice:
+    """What one SLA's search through the evaluated candidates found (index labels of ``rows``)."""
+
+    sla: Sla
+    candidates: int
+    pick: Any = None
+    runner_up: Any = None
+    best: dict[str, Any] = field(default_factory=dict)  # mode -> label
+    above_ceiling: bool = False
+    closest: Any = None
+    shortfall: float | None = None
+
+
+def _report(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceiling: TtftCeiling, *,
+            require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
+    """The table the plan reports and its picks, every reported row evaluated by ``evaluator``.
+
+    The steady-state rows rank the candidates; the evaluator re-evaluates them best first (all at once, or a
+    batch at a time) and every SLA is checked on the evaluated numbers. Per SLA: the pick is the best
+    evaluated row that meets it with a TTFT within the ceiling, else the best that meets it (flagged above the
+    ceiling); the runner-up the next best meeting it of another deployment; and the best aggregated and the
+    best disaggregated row meeting it (same ceiling rule as the pick). The table holds the steady-state
+    frontier and all of these, evaluated."""
     front = upper_envelope(rows)
-    chosen: list[tuple[Sla, Any, int]] = []  # (sla, index label in rows or None, candidates)
+    done: list[pd.DataFrame] = []
+    seen: set[Any] = set()
+
+    def evaluate(labels: Sequence[Any]) -> None:
+        todo = [lab for lab in dict.fromkeys(labels) if lab not in seen]
+        if todo:
+            out = evaluator(rows.loc[todo])
+            done.append(out)
+            seen.update(todo)
+
+    def evaluated(labels: Sequence[Any]) -> pd.DataFrame:
+        frame = pd.concat(done) if len(done) > 1 else done[0]
+        if len(done) > 1:
+            done[:] = [frame]
+        return frame.loc[list(labels)]
+
+    choices = []
     for sla in slas:
-        latency_ok = sla.meets_latency(rows)
-        pool = rows[latency_ok] if not latency_ok.all() else rows
-        env = upper_envelope(pool) if pool is not rows else front
-        meets = latency_ok & (rows["tps_per_user"].to_numpy(dtype=float) >= (sla.min_tps_per_user or 0.0))
-        if len(env):
-            pick = sla_pick(env, min_tps_per_user=sla.min_tps_per_user or 0.0)
-        if not len(env) or not pick.met:
-            chosen.append((sla, None, int(meets.sum())))
-            continue
-        hit = env[(env["deployment"] == pick.deployment) & (env["tps_per_user"] == pick.tps_per_user)
-                  & (env["tps_per_gpu"] == pick.tps_per_gpu)]
-        chosen.append((sla, hit.index[0], int(meets.sum())))
-    labels = list(front.index) + [i for _, i, _ in chosen if i is not None and i not in set(front.index)]
-    closest_of: dict[int, tuple[Any, float]] = {}
-    for n_sla, (sla, label, _) in enumerate(chosen):
-        if label is None:
+        mask = sla.meets(rows)
+        ranked = _ranked(rows, mask)
+        choice = _Choice(sla, int(mask.sum()))
+        batch = evaluator.batch or max(len(ranked), 1)
+        within: dict[str, Any] = {}  # "pick" and each mode: the first evaluated row meeting it under the ceiling
+        anywhere: dict[str, Any] = {}
+        order: list[Any] = []  # evaluated rows meeting the SLA, best first
+        under_of: dict[Any, bool] = {}
+        dep_of: dict[Any, str] = {}
+        for start in range(0, len(ranked), batch):
+            chunk = ranked[start:start + batch]
+            evaluate(chunk)
+            sub = evaluated(chunk)
+            ok = sla.meets(sub)
+            under = sub["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
+            modes = sub["mode"].astype(str).to_numpy()
+            deps = sub["deployment"].astype(str).to_numpy()
+            for i in np.flatnonzero(ok):
+                lab = chunk[i]
+                order.append(lab)
+                under_of[lab], dep_of[lab] = bool(under[i]), deps[i]
+                for key in ("pick", modes[i]):
+                    anywhere.setdefault(key, lab)
+                    if under[i]:
+                        within.setdefault(key, lab)
+            if "pick" in within and {"agg", "disagg"} <= set(within) | set(anywhere) and len(order) > 1:
+                break
+        chosen = within if "pick" in within else anywhere
+        if "pick" in chosen:
+            choice.pick = chosen["pick"]
+            choice.above_ceiling = "pick" not in within
+            for mode in ("agg", "disagg"):
+                label = within.get(mode, anywhere.get(mode)) if "pick" in within else anywhere.get(mode)
+                if label is not None:
+                    choice.best[mode] = label
+            others = [lab for lab in order if dep_of[lab] != dep_of[choice.pick]]
+            preferred = [lab for lab in others if under_of[lab]] if not choice.above_ceiling else []
+            choice.runner_up = (preferred or others or [None])[0]
+        else:
             miss = sla.shortfall(rows)
-            order = np.lexsort((-rows["tps_per_gpu"].to_numpy(dtype=float), miss))
-            best = rows.index[order[0]]
-            closest_of[n_sla] = (best, float(miss[order[0]]))
-            if best not in labels:
-                labels.append(best)
-    table = rows.loc[labels].copy()
-    table["on_frontier"] = [lab in set(front.index) for lab in labels]
+            best = np.lexsort((-rows["tps_per_gpu"].to_numpy(dtype=float), miss))[0]
+            choice.closest, choice.shortfall = rows.index[best], float(miss[best])
+            evaluate([choice.closest])
+            if require_sla:
+                r = evaluated([choice.closest]).iloc[0]
+                p90 = (f" (p90 {ceil_to(r['tpot_ms_p90'], 1):.1f} ms: {r['tpot_p90_basis']})"
+                       if sla.max_tpot_ms_p90 is not None else "")
+                raise InputError("SLA", sla.describe(),
+                                 f"no deployment within the budget meets it; the closest is {r['deployment']} at "
+                                 f"concurrency {int(r['concurrency'])}: {floor_to(r['tps_per_user'], 1):.1f} "
+                                 f"tokens/s per user, TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms, TPOT "
+                                 f"{ceil_to(r['tpot_ms_p50'], 1):.1f} ms{p90}, {r['tps_per_gpu']:,.0f} tokens/s "
+                                 f"per GPU ({choice.shortfall:.0%} short)")
+        choices.append(choice)
+    labels = list(front.index)
+    for c in choices:
+        labels += [lab for lab in (c.pick, c.runner_up, *c.best.values(), c.closest) if lab is not None]
+    labels = list(dict.fromkeys(labels))
+    evaluate(labels)
+    table = evaluated(labels).copy()
+    on_front = set(front.index)
+    table["on_frontier"] = [lab in on_front for lab in labels]
     table = table.sort_values(["tps_per_user", "tps_per_gpu"], kind="stable")
     row_of = {lab: k for k, lab in enumerate(table.index)}
     table.insert(0, "row", np.arange(len(table)))
     picked: dict[Any, list[str]] = {}
     picks = []
-    for n_sla, (sla, label, candidates) in enumerate(chosen):
-        if label is not None:
-            picked.setdefault(label, []).append(sla.describe())
-            picks.append(Pick(sla, True, row_of[label], None, None, candidates))
-            continue
-        best, miss = closest_of[n_sla]
-        if require_sla:
-            r = rows.loc[best]
-            p90 = (f" (p90 {r['tpot_ms_p90']:.1f} ms: {r['tpot_p90_basis']})"
-                   if sla.max_tpot_ms_p90 is not None else "")
-            raise InputError("SLA", sla.describe(),
-                             f"no deployment within the budget meets it; the closest is {r['deployment']} at "
-                             f"concurrency {int(r['concurrency'])}: {r['tps_per_user']:.1f} tokens/s per user, "
-                             f"TTFT {r['ttft_ms_p50']:,.0f} ms, TPOT {r['tpot_ms_p50']:.1f} ms{p90}, "
-                             f"{r['tps_per_gpu']:,.0f} tokens/s per GPU ({miss:.0%} short)")
-        picks.append(Pick(sla, False, None, row_of[best], miss, candidates))
+    for c in choices:
+        if c.pick is not None:
+            picked.setdefault(c.pick, []).append(c.sla.describe())
+        picks.append(Pick(c.sla, c.pick is not None, row_of.get(c.pick), row_of.get(c.closest), c.shortfall,
+                          c.candidates, row_of.get(c.runner_up), row_of.get(c.best.get("agg")),
+                          row_of.get(c.best.get("disagg")), c.above_ceiling))
     table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
+    met = np.column_stack([sla.meets(table) for sla in slas]) if slas else np.zeros((len(table), 0), dtype=bool)
+    table["meets_sla"] = [[bool(v) for v in row] for row in met]
+    table["within_ttft_ceiling"] = table["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
+    table["bottleneck_words"] = [bottleneck_words(r) for r in table.to_dict("records")]
     table["curve_concurrencies"] = _curves(rows, table)
     heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[
-        ["prefill_concurrency", "decode_concurrency"]].max()
-    table["curve_prefill_concurrency_max"] = table["deployment"].map(heaviest["prefill_concurrency"]).astype(int)
-    table["curve_decode_concurrency_max"] = table["deployment"].map(heaviest["decode_concurrency"]).astype(int)
+        ["prefill_concurrency", "decode_concurrency", "server_concurrency"]].max()
+    for col, key in (("curve_prefill_concurrency_max", "prefill_concurrency"),
+                     ("curve_decode_concurrency_max", "decode_concurrency"),
+                     ("curve_server_concurrency_max", "server_concurrency")):
+        table[col] = table["deployment"].map(heaviest[key]).fillna(0).astype(int)
     table = table.reset_index(drop=True)
     return table[[c for c in ROW_COLUMNS if c in table.columns]], picks
+
+
+def floor_to(value: float, digits: int = 0) -> float:
+    """``value`` rounded down at ``digits`` decimals: how a number compared against a floor (>=) is shown,
+    so that 19.98 against >= 20 reads 19.9, never 20.0."""
+    scale = 10 ** digits
+    return math.floor(float(value) * scale + 1e-9) / scale
+
+
+def ceil_to(value: float, digits: int = 0) -> float:
+    """``value`` rounded up at ``digits`` decimals: how a number compared against a limit (<=) is shown."""
+    scale = 10 ** digits
+    return math.ceil(float(value) * scale - 1e-9) / scale
 
 
 def _curves(rows: pd.DataFrame, table: pd.DataFrame, points: int = 8) -> list[list[int]]:
@@ -535,19 +740,53 @@ def _curves(rows: pd.DataFrame, table: pd.DataFrame, points: int = 8) -> list[li
     return out
 
 
+MODE_WORDS = {"agg": "aggregated", "disagg": "disaggregated"}
+
+
+def _row_brief(r: dict[str, Any]) -> str:
+    return f"{r['deployment']} ({MODE_WORDS.get(str(r['mode']), r['mode'])}, {r['gpus_total']} GPUs)"
+
+
 def picks_sentence(p: Plan, pick: Pick) -> str:
-    """One pick in words."""
+    """One pick in words: the row, its numbers rounded the way they are compared, what limits it, the
+    runner-up."""
     if not pick.met:
         assert pick.closest_row is not None
         r = p.row(pick.closest_row)
         return (f"{pick.sla.describe()}: nothing meets it within {p.settings.max_gpus} GPUs; the closest is row "
-                f"{pick.closest_row}, {r['deployment']} ({r['tps_per_user']:.1f} tokens/s per user, TTFT "
-                f"{r['ttft_ms_p50']:,.0f} ms)")
+                f"{pick.closest_row}, {_row_brief(r)} ({floor_to(r['tps_per_user'], 1):.1f} tokens/s per user, "
+                f"TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms)")
     assert pick.row is not None
     r = p.row(pick.row)
-    p90 = (f", TPOT p90 {r['tpot_ms_p90']:.1f} ms ({r['tpot_p90_basis']})" if pick.sla.max_tpot_ms_p90 is not None
-           else "")
-    return (f"{pick.sla.describe()}: row {pick.row}, {r['deployment']} on {r['gpus_total']} GPUs at concurrency "
-            f"{r['concurrency']}: {r['tps_per_gpu']:,.0f} tokens/s per GPU, {r['tps_per_user']:.1f} tokens/s per "
-            f"user, TTFT {r['ttft_ms_p50']:,.0f} ms ({r['kv_transfer_share']:.1%} of it KV transfer){p90}")
+    p90 = (f", TPOT p90 {ceil_to(r['tpot_ms_p90'], 1):.1f} ms ({r['tpot_p90_basis']})"
+           if pick.sla.max_tpot_ms_p90 is not None else "")
+    kv = f" ({r['kv_transfer_share']:.1%} of it KV transfer)" if r["mode"] == "disagg" else ""
+    text = (f"{pick.sla.describe()}: row {pick.row}, {_row_brief(r)} at concurrency {r['concurrency']}: "
+            f"{r['tps_per_gpu']:,.0f} tokens/s per GPU, {floor_to(r['tps_per_user'], 1):.1f} tokens/s per user, "
+            f"TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms{kv}{p90}; bottleneck: {r['bottleneck_words']}")
+    if pick.runner_up is not None:
+        u = p.row(pick.runner_up)
+        gap = 1 - u["tps_per_gpu"] / r["tps_per_gpu"] if r["tps_per_gpu"] else 0.0
+        text += (f"; runner-up row {pick.runner_up}, {_row_brief(u)}, {u['tps_per_gpu']:,.0f} tokens/s per GPU "
+                 f"({gap:.1%} less)")
+    else:
+        text += "; no other deployment meets it"
+    return text
 
+
+def comparison_sentence(p: Plan, pick: Pick) -> str:
+    """Aggregated against disaggregated for one SLA, in one sentence."""
+    what = pick.sla.describe()
+    if pick.best_agg is None and pick.best_disagg is None:
+        return f"{what}: neither aggregated nor disaggregated serving meets it within {p.settings.max_gpus} GPUs."
+    if pick.best_agg is None or pick.best_disagg is None:
+        only, other = ("agg", "disagg") if pick.best_agg is not None else ("disagg", "agg")
+        r = p.row(pick.best_agg if only == "agg" else pick.best_disagg)  # type: ignore[arg-type]
+        return (f"{what}: only {MODE_WORDS[only]} serving meets it ({r['deployment']}, row {r['row']}, "
+                f"{r['tps_per_gpu']:,.0f} tokens/s per GPU); no {MODE_WORDS[other]} deployment does.")
+    a, d = p.row(pick.best_agg), p.row(pick.best_disagg)
+    win, lose = (a, d) if a["tps_per_gpu"] > d["tps_per_gpu"] else (d, a)
+    ratio = win["tps_per_gpu"] / lose["tps_per_gpu"] if lose["tps_per_gpu"] else math.inf
+    return (f"{what}: {MODE_WORDS[str(win['mode'])]} wins, {win['deployment']} (row {win['row']}) at "
+            f"{win['tps_per_gpu']:,.0f} tokens/s per GPU is {ratio:.2f}x the best {MODE_WORDS[str(lose['mode'])]} "
+            f"deployment, {lose['deployment']} (row {lose['row']}) at {lose['tps_per_gpu']:,.0f}.")
