@@ -17,16 +17,19 @@ import yaml
 from pdtune.cli import main
 from pdtune.plan import PlanSettings, Sla, plan
 from pdtune.recipe import (
+    MNNVL_ENVIRONMENT,
     accepted_flags,
     candidate_recipes,
     deployment_recipe,
     engine_args_file,
     row_recipes,
+    serve_commands,
     serve_script,
     unknown_flags,
     write_recipes,
 )
 from pdtune.results.srt_slurm import load_recipe
+from pdtune.vllm_args import config_problems, parse_command
 from pdtune.topology import parse_topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "srt_slurm_recipes"
@@ -70,73 +73,100 @@ def test_samples_are_read_by_the_recipe_reader() -> None:
     qwen = load_recipe(FIXTURES / "srt-slurm-recipe-vllm-qwen3-32b-disagg.yaml")
     # No gpus_per_*: srt-slurm computes 2 nodes x 8 / 6 = 2 per prefill worker; decode_nodes 0 shares them.
     assert (qwen.gpus_per_prefill, qwen.gpus_per_decode, qwen.gpus.prefill, qwen.gpus.decode) == (2, 2, 12, 4)
+    agg = load_recipe(FIXTURES / "srt-slurm-recipe-vllm-agg-b200-tp1.yaml")
+    assert not agg.disaggregated and (agg.agg_workers, agg.gpus_per_agg) == (1, 1)
+    assert list(agg.vllm_config) == ["aggregated"]
+
+
+def _sample_shape(disaggregated: bool) -> tuple[set[str], set[str]]:
+    samples = [yaml.safe_load(p.read_text(encoding="utf-8")) for p in SAMPLES]
+    mine = [s for s in samples if ("prefill_nodes" in s["resources"]) == disaggregated]
+    return set().union(*mine), set().union(*(s["resources"] for s in mine))
 
 
 def test_recipes_have_the_samples_shape_and_read_back(article: dict[str, Any], tmp_path: Path) -> None:
-    sample_keys = set().union(*(yaml.safe_load(p.read_text(encoding="utf-8")) for p in SAMPLES))
-    sample_resources = set().union(*(yaml.safe_load(p.read_text(encoding="utf-8"))["resources"] for p in SAMPLES))
     rows = [r["row"] for r in article["rows"]]
     written = write_recipes(article, rows, tmp_path, measurements=True)
     assert written and all(p.exists() for p in written)
-    for path in tmp_path.glob("deploy-*.yaml"):
-        body = yaml.safe_load(path.read_text(encoding="utf-8"))
-        assert set(body) <= sample_keys | {"dynamo"}, path
-        assert set(body["resources"]) <= sample_resources, path
-        assert set(body["backend"]["vllm_config"]) == {"prefill", "decode"}
-        assert body["benchmark"]["type"] == "sa-bench"
-        recipe = load_recipe(path)
-        assert recipe.disaggregated and recipe.backend == "vllm"
     by_name = {p.name: p for p in tmp_path.glob("deploy-*.yaml")}
+    modes = set()
     for row in article["rows"]:
-        recipe = load_recipe(by_name[deployment_recipe(article, row).file_name])
-        assert recipe.gpus.prefill == row["gpus_prefill"] and recipe.gpus.decode == row["gpus_decode"]
-        assert (recipe.prefill_workers, recipe.decode_workers) == (row["n_prefill_workers"], row["n_decode_workers"])
-        # GPUs the nodes hold cover the workers.
-        assert recipe.nodes * recipe.gpus_per_node >= row["gpus_total"]
+        path = by_name[deployment_recipe(article, row).file_name]
+        body = yaml.safe_load(path.read_text(encoding="utf-8"))
+        keys, resources = _sample_shape(row["mode"] == "disagg")
+        assert set(body) <= keys | {"dynamo", "identity"}, path
+        assert set(body["resources"]) <= resources, path
+        assert body["benchmark"]["type"] == "sa-bench" and body["benchmark"]["random_range_ratio"] == 1.0
+        recipe = load_recipe(path)
+        assert recipe.backend == "vllm" and recipe.disaggregated == (row["mode"] == "disagg")
+        # GPUs the nodes hold cover the workers, with less than one node to spare.
+        assert recipe.gpus.total == row["gpus_total"]
+        assert 0 <= recipe.nodes * recipe.gpus_per_node - row["gpus_total"] < recipe.gpus_per_node
         # The benchmark spans the predicted curve and includes the row's own concurrency.
         assert row["concurrency"] in recipe.concurrencies
         assert recipe.benchmark["isl"] == 8192 and recipe.benchmark["osl"] == 1024
+        modes.add(row["mode"])
+        if row["mode"] == "agg":
+            assert (recipe.agg_workers, recipe.gpus_per_agg) == (row["agg_replicas"],
+                                                                 parse_topology(row["topology"]).gpus)
+            cfg = recipe.vllm_config["aggregated"]
+            assert "kv-transfer-config" not in cfg
+            assert body["frontend"]["type"] == ("vllm" if row["agg_replicas"] == 1 else "dynamo")
+            continue
+        assert recipe.gpus.prefill == row["gpus_prefill"] and recipe.gpus.decode == row["gpus_decode"]
+        assert (recipe.prefill_workers, recipe.decode_workers) == (row["n_prefill_workers"], row["n_decode_workers"])
         for role, topo in (("prefill", row["prefill_topology"]), ("decode", row["decode_topology"])):
             cfg, t = recipe.vllm_config[role], parse_topology(topo)
             assert cfg["tensor-parallel-size"] == t.tp
             assert cfg.get("data-parallel-size", 1) == t.dp
             assert bool(cfg.get("enable-expert-parallel")) == t.expert_parallel
-            assert ("speculative-config" in cfg) == (row["mtp_tokens"] > 0)
+            assert ("speculative-config" in cfg) == (role == "decode" and row["mtp_tokens"] > 0)
             assert json.loads(cfg["kv-transfer-config"])["kv_connector"] == "NixlConnector"
+        # GB300 NVL72: one NVLink domain over 18 nodes, so both roles get the multi-node NVLink environment.
+        assert body["backend"]["prefill_environment"] == MNNVL_ENVIRONMENT == body["backend"]["decode_environment"]
+    assert modes == {"agg", "disagg"}
     for path in tmp_path.glob("measure-*.yaml"):
         recipe = load_recipe(path)
         assert not recipe.disaggregated and list(recipe.vllm_config) == ["aggregated"]
         isl, osl = recipe.benchmark["isl"], recipe.benchmark["osl"]
-        assert (isl, osl) == ((8192, 2) if path.name.startswith("measure-prefill") else (1, 1024))
+        # Prefill at ISL/2; decode at ISL 1 with the plan's mean context: 1 + 17408/2 = 8192 + 1024/2 + 1.
+        assert (isl, osl) == ((8192, 2) if path.name.startswith("measure-prefill") else (1, 2 * 8192 + 1024))
+        assert recipe.vllm_config["aggregated"]["max-model-len"] >= isl + osl
+        assert recipe.benchmark["random_range_ratio"] == 1.0
 
 
 def test_hybrid_with_different_tp_sets_block_size_on_both_sides(article: dict[str, Any]) -> None:
-    rows = [r for r in article["rows"] if r["block_size_to_set"] is not None]
+    rows = [r for r in article["rows"] if r.get("block_size_to_set") is not None]
     assert rows, "the article's model has P/D pairs of different TP whose blocks differ"
     for row in rows:
         assert parse_topology(row["prefill_topology"]).tp != parse_topology(row["decode_topology"]).tp
         cfg = deployment_recipe(article, row).body["backend"]["vllm_config"]
         assert cfg["prefill"]["block-size"] == cfg["decode"]["block-size"] == row["block_size_to_set"]
     for row in article["rows"]:
-        if row["block_size_to_set"] is None:
+        if row["mode"] == "disagg" and row["block_size_to_set"] is None:
             cfg = deployment_recipe(article, row).body["backend"]["vllm_config"]
             assert "block-size" not in cfg["prefill"] and "block-size" not in cfg["decode"]
 
 
-def test_every_flag_written_is_one_vllm_0_33_accepts(article: dict[str, Any], dsv3: dict[str, Any],
-                                                     mixed: dict[str, Any]) -> None:
+def test_every_flag_written_is_one_vllm_accepts(article: dict[str, Any], dsv3: dict[str, Any],
+                                               mixed: dict[str, Any]) -> None:
+    """Every recipe's flags and values against its own image's vLLM (0.31.0 under Dynamo 1.6.1, else 0.33.0) and
+    0.33.0's; every serve line parsed by vLLM 0.33's rules (flags, kinds, choices, bounds)."""
     checked = 0
     for plan_data in (article, dsv3, mixed):
         for recipe in _all_recipes(plan_data):
             for role, flags in recipe.flags().items():
-                assert not unknown_flags(flags, serve=False), (recipe.file_name, role)
+                for version in {recipe.vllm, "0.33.0"}:
+                    assert not unknown_flags(flags, serve=False, version=version), (recipe.file_name, role)
+                cfg = recipe.body["backend"]["vllm_config"][role]
+                assert not config_problems(cfg, version=recipe.vllm), (recipe.file_name, role)
                 checked += len(flags)
         for row in plan_data["rows"]:
-            for line in serve_script(plan_data, row).splitlines():
-                if line.startswith("vllm serve"):
-                    flags = [w for w in shlex.split(line) if w.startswith("-")]
-                    assert not unknown_flags(flags, serve=True), line
-                    checked += len(flags)
+            commands = serve_commands(serve_script(plan_data, row))
+            assert commands
+            for _env, words in commands:
+                parse_command(words)
+                checked += sum(w.startswith("-") for w in words)
     assert checked > 1000
 
 
@@ -160,7 +190,7 @@ def test_the_samples_flags_are_mostly_in_the_0_33_list(record_property: Any) -> 
 
 
 def test_mixed_pool_recipes_say_what_srt_slurm_cannot_express(mixed: dict[str, Any]) -> None:
-    row = mixed["rows"][0]
+    row = next(r for r in mixed["rows"] if r["mode"] == "disagg")
     deploy, prefill, decode = row_recipes(mixed, row)
     assert "MIXED POOLS" in deploy.text() and deploy.body["resources"]["gpu_type"] == "b200"
     assert prefill.body["resources"]["gpu_type"] == "b200" and decode.body["resources"]["gpu_type"] == "h200"
@@ -176,10 +206,12 @@ def test_recipe_cli_writes_nothing_on_bad_input(article: dict[str, Any], tmp_pat
     (tmp_path / "not-a-plan.json").write_text("{}", encoding="utf-8")
     assert main(["recipe", str(tmp_path / "not-a-plan.json"), "--row", "0", "--out", str(out)]) == 2
     assert "generator" in capsys.readouterr().err and not out.exists()
-    pick = next(p for p in article["picks"] if p["sla"]["min_tps_per_user"] == 50)
-    assert main(["recipe", str(plan_file), "--row", str(pick["row"]), "--out", str(out)]) == 0
-    names = sorted(p.name for p in out.iterdir())
-    assert [n.split("-")[0] for n in names] == ["deploy", "measure", "measure", "serve"]
+    for mode, expected in (("disagg", ["deploy", "measure", "measure", "serve"]), ("agg", ["deploy", "serve"])):
+        row = next(r for r in article["rows"] if r["mode"] == mode)
+        target = out / mode
+        assert main(["recipe", str(plan_file), "--row", str(row["row"]), "--out", str(target)]) == 0
+        names = sorted(p.name for p in target.iterdir())
+        assert [n.split("-")[0] for n in names] == expected
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
 
 
@@ -190,6 +222,7 @@ def test_plan_recipes_flag_writes_the_picks(tmp_path: Path, capsys: pytest.Captu
     data = json.loads(capsys.readouterr().out)
     assert data["recipes"] and all(Path(p).exists() for p in data["recipes"])
     assert len(list(out.glob("deploy-*.yaml"))) == len({p["row"] for p in data["picks"]})
+    assert data["pdtune_plan"] == 1 and data["comparisons"][0]["sentence"]
 
 
 # ------------------------------------------------------------------------------------------ the flag list
@@ -290,7 +323,7 @@ def test_outputs_of_a_measurement_recipe_feed_the_plan(article: dict[str, Any], 
     results loader learns each job's layout from it, and `pdtune plan --prefill-results` reads the sweep in
     place of the model. The result files here are synthetic: the committed modeled TP2DP4+EP prefill sweep
     with its pdtune keys (topology, modeled) removed, standing in for a cluster's sa-bench output."""
-    row = next(r for r in article["rows"] if r["prefill_topology"] == "TP2DP4+EP")
+    row = next(r for r in article["rows"] if r["mode"] == "disagg" and r["prefill_topology"] == "TP2DP4+EP")
     _, prefill, _ = row_recipes(article, row)
     job = tmp_path / "outputs" / "4242"
     bench = job / "logs" / "sa-bench_isl_8192_osl_2"
@@ -314,6 +347,7 @@ def test_outputs_of_a_measurement_recipe_feed_the_plan(article: dict[str, Any], 
     p = plan(PlanSettings(model="qwen3.8-2.4t", gpu="gb300", max_gpus=72, isl=8192, osl=1024),
              prefill_results=[str(tmp_path)])
     assert {c.source.split(":")[0] for c in p.candidates if c.role == "prefill"} == {"measured"}
-    assert set(p.table["prefill_topology"]) == {"TP2DP4+EP"}
-    assert p.table["prefill_source"].str.startswith("measured: ").all()
-    assert p.table["modeled"].all()  # the decode side is still the model's
+    disagg = p.table[p.table["mode"] == "disagg"]
+    assert set(disagg["prefill_topology"]) == {"TP2DP4+EP"}
+    assert disagg["prefill_source"].str.startswith("measured: ").all()
+    assert p.table["modeled"].all()  # the decode side (and the aggregated baseline) is still the model's

@@ -211,7 +211,18 @@ def config_problems(config: Mapping[str, Any], *, serve: bool = False, version: 
         problem = value_problem(flag, value, version)
         if problem:
             out.append(f"{key}: {problem}")
+    if not out:
+        out += _cross_problems({flag_of(k): v for k, v in config.items()})
     return out
+
+
+def _cross_problems(flags: Mapping[str, Any]) -> list[str]:
+    """vLLM's checks across flags that pdtune's values can break (``SchedulerConfig.verify_max_model_len``,
+    vllm/config/scheduler.py): the token budget holds every running request's decode token."""
+    seqs, tokens = flags.get("--max-num-seqs"), flags.get("--max-num-batched-tokens")
+    if seqs is not None and tokens is not None and int(tokens) < int(seqs):
+        return [f"max-num-batched-tokens: {tokens} is below max-num-seqs ({seqs}), which vLLM refuses"]
+    return []
 
 
 # ------------------------------------------------------------------------------------------ a command line
@@ -276,6 +287,9 @@ def parse_command(argv: Sequence[str] | str, *, version: str = VLLM_VERSION) -> 
         out[flag] = value
     if "model" not in out:
         raise ValueError("no model: `vllm serve` needs the model as its first argument")
+    cross = _cross_problems(out)
+    if cross:
+        raise ValueError(cross[0])
     return out
 
 
