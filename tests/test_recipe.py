@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shlex
 import sys
 import textwrap
 from pathlib import Path
