@@ -350,3 +350,27 @@ def test_outputs_of_a_measurement_recipe_feed_the_plan(article: dict[str, Any], 
     assert set(disagg["prefill_topology"]) == {"TP2DP4+EP"}
     assert disagg["prefill_source"].str.startswith("measured: ").all()
     assert p.table["modeled"].all()  # the decode side (and the aggregated baseline) is still the model's
+
+
+def test_the_bad_input_corpus_breaks_a_valid_plan_one_key_at_a_time(tmp_path: Path) -> None:
+    """Issue 22's plan-file cases (tests/badinputs.py, causes 102 and 103) each change one key of this plan; the
+    plan itself passes the schema and writes its recipes."""
+    from badinputs import PLAN_ROWS, plan_file
+
+    from pdtune.plan.files import check_plan
+
+    data = plan_file(PLAN_ROWS)
+    assert check_plan(data, "base") is data
+    names = sorted(p.name for p in write_recipes(data, [0, 1], tmp_path))
+    assert names == ["deploy-row0-1xtp2-1xtp2.yaml", "deploy-row1-8xtp2.yaml", "measure-decode-tp2.yaml",
+                     "measure-prefill-tp2.yaml", "serve-row0-1xtp2-1xtp2.sh", "serve-row1-8xtp2.sh"]
+
+
+def test_a_plan_round_trips_through_its_schema(dsv3: dict[str, Any], mixed: dict[str, Any], tmp_path: Path) -> None:
+    """What `pdtune plan --json` writes, `pdtune recipe` reads: every plan passes its own schema, as a file too."""
+    from pdtune.plan import load_plan
+
+    for name, data in (("dsv3", dsv3), ("mixed", mixed)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data), encoding="utf-8")
+        assert load_plan(path)["pdtune_plan"] == 1

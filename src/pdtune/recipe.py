@@ -427,8 +427,11 @@ def _provenance(plan: dict[str, Any], what: str, *, dynamo: tuple[DynamoRelease,
     return lines
 
 
-def _row_where(row: dict[str, Any]) -> str:
-    return f"rows[row {row['row']}]"
+def _row_where(row: dict[str, Any], plan: dict[str, Any] | None = None) -> str:
+    """The row's key in the plan file (``rows[3]``), as the plan schema names it."""
+    rows = plan.get("rows", []) if plan is not None else []
+    index = next((i for i, r in enumerate(rows) if r is row), None)
+    return f"rows[{index}]" if index is not None else f"rows[row {row['row']}]"
 
 
 def deployment_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str | None = None,
@@ -506,7 +509,7 @@ def _disagg_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str
     body["benchmark"] = _benchmark(s["isl"], s["osl"], curve)
     versions = sorted({dynamo[0].vllm, VLLM_VERSION})
     for role, cfg in body["backend"]["vllm_config"].items():
-        _checked_values(cfg, versions=versions, source=source, where=f"{_row_where(row)}: {role}")
+        _checked_values(cfg, versions=versions, source=source, where=f"{_row_where(row, plan)}.{role}")
         for version in versions:
             _checked(config_flags(cfg), serve=False, where=f"{row['deployment']} {role}", version=version)
     header = _provenance(plan, f"Disaggregated deployment: plan row {row['row']}, {row['deployment']} on "
@@ -572,7 +575,7 @@ def _agg_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str | 
     body["benchmark"] = _benchmark(s["isl"], s["osl"], row.get("curve_concurrencies") or [row["concurrency"]])
     versions = sorted({dynamo[0].vllm if dynamo else VLLM_VERSION, VLLM_VERSION})
     cfg = backend["vllm_config"]["aggregated"]
-    _checked_values(cfg, versions=versions, source=source, where=f"{_row_where(row)}: aggregated")
+    _checked_values(cfg, versions=versions, source=source, where=f"{_row_where(row, plan)}.aggregated")
     for version in versions:
         _checked(config_flags(cfg), serve=False, where=f"{row['deployment']} aggregated", version=version)
     header = _provenance(plan, f"Aggregated deployment: plan row {row['row']}, {row['deployment']} ({replicas} "
@@ -723,7 +726,7 @@ def serve_script(plan: dict[str, Any], row: dict[str, Any], *, model_path: str |
             try:
                 parse_command(cmd)
             except ValueError as exc:
-                raise InputError(source, _row_where(row), f"would write a vllm serve line vLLM {VLLM_VERSION} "
+                raise InputError(source, _row_where(row, plan), f"would write a vllm serve line vLLM {VLLM_VERSION} "
                                                           f"refuses: {exc}") from None
             env = [f"CUDA_VISIBLE_DEVICES={_ranges(gpus)}", f"VLLM_PORT={VLLM_PORT_BASE + process * VLLM_PORT_STRIDE}"]
             process += 1

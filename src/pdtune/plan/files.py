@@ -103,6 +103,18 @@ def whole_list(lo: int, hi: int, most: int = 4096) -> Check:
     return check
 
 
+def speculative_method(value: Any) -> str:
+    """A method of vLLM's ``--speculative-config`` (its ``SpeculativeMethod`` choices)."""
+    from pdtune.vllm_args import value_rules
+
+    problem = text(value)
+    if problem:
+        return problem
+    choices = value_rules()["--speculative-config"]["fields"]["method"]["choices"]
+    return "" if value in choices else f"must be a speculative method of vLLM ({', '.join(choices[:12])}, ...), got " \
+                                       f"{brief(value)}"
+
+
 def versions_line(value: Any) -> str:
     problem = text(value)
     if problem:
@@ -131,7 +143,7 @@ SECTIONS: dict[str, dict[str, Check]] = {
         "decode_context_parallel_size": optional(whole(1, limits.MAX_PARALLEL)),
         "speculative_model": optional(text),
         "num_speculative_tokens": optional(whole(0, limits.MAX_SPECULATIVE_TOKENS, "tokens")),
-        "speculative_method": optional(text),
+        "speculative_method": optional(lambda v: speculative_method(v)),
     },
     "model": {"name": text, "source": text, "precision": text, "num_mtp_layers": whole(0, limits.MAX_LAYERS),
               "hub_id": optional(text)},

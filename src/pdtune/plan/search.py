@@ -62,12 +62,13 @@ class Pick:
     best_agg: int | None = None  # the best aggregated and the best disaggregated row meeting it
     best_disagg: int | None = None
     above_ceiling: bool = False  # the pick's TTFT is above the plan's TTFT ceiling (no row meeting it is below)
+    faster_above_ceiling: int | None = None  # a row meeting the SLA with more tokens/s per GPU, above the ceiling
 
     def to_dict(self) -> dict[str, Any]:
         return {"sla": self.sla.to_dict(), "describe": self.sla.describe(), "met": self.met, "row": self.row,
                 "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates,
                 "runner_up_row": self.runner_up, "best_agg_row": self.best_agg, "best_disagg_row": self.best_disagg,
-                "above_ttft_ceiling": self.above_ceiling}
+                "above_ttft_ceiling": self.above_ceiling, "faster_above_ttft_ceiling_row": self.faster_above_ceiling}
 
 
 @dataclass(frozen=True, eq=False)
@@ -589,6 +590,7 @@ class _Choice:
     runner_up: Any = None
     best: dict[str, Any] = field(default_factory=dict)  # mode -> label
     above_ceiling: bool = False
+    faster_above: Any = None
     closest: Any = None
     shortfall: float | None = None
 
@@ -653,6 +655,8 @@ def _report(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceili
         if "pick" in chosen:
             choice.pick = chosen["pick"]
             choice.above_ceiling = "pick" not in within
+            if anywhere["pick"] != choice.pick:
+                choice.faster_above = anywhere["pick"]
             for mode in ("agg", "disagg"):
                 label = within.get(mode, anywhere.get(mode)) if "pick" in within else anywhere.get(mode)
                 if label is not None:
@@ -678,7 +682,8 @@ def _report(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceili
         choices.append(choice)
     labels = list(front.index)
     for c in choices:
-        labels += [lab for lab in (c.pick, c.runner_up, *c.best.values(), c.closest) if lab is not None]
+        labels += [lab for lab in (c.pick, c.runner_up, c.faster_above, *c.best.values(), c.closest)
+                   if lab is not None]
     labels = list(dict.fromkeys(labels))
     evaluate(labels)
     table = evaluated(labels).copy()
@@ -694,7 +699,7 @@ def _report(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceili
             picked.setdefault(c.pick, []).append(c.sla.describe())
         picks.append(Pick(c.sla, c.pick is not None, row_of.get(c.pick), row_of.get(c.closest), c.shortfall,
                           c.candidates, row_of.get(c.runner_up), row_of.get(c.best.get("agg")),
-                          row_of.get(c.best.get("disagg")), c.above_ceiling))
+                          row_of.get(c.best.get("disagg")), c.above_ceiling, row_of.get(c.faster_above)))
     table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
     met = np.column_stack([sla.meets(table) for sla in slas]) if slas else np.zeros((len(table), 0), dtype=bool)
     table["meets_sla"] = [[bool(v) for v in row] for row in met]
@@ -771,6 +776,11 @@ def picks_sentence(p: Plan, pick: Pick) -> str:
                  f"({gap:.1%} less)")
     else:
         text += "; no other deployment meets it"
+    if pick.faster_above_ceiling is not None and p.ceiling is not None:
+        f = p.row(pick.faster_above_ceiling)
+        text += (f"; row {pick.faster_above_ceiling}, {f['deployment']}, would give {f['tps_per_gpu']:,.0f} tokens/s "
+                 f"per GPU at a TTFT of {ceil_to(f['ttft_ms_p50']):,.0f} ms, above the {p.ceiling.ms:,.0f} ms ceiling "
+                 "(--ttft-ceiling-ms moves it)")
     return text
 
 
