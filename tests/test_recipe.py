@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdtune.cli import main
 from pdtune.plan import PlanSettings, Sla, plan
@@ -20,6 +22,10 @@ from pdtune.recipe import (
     accepted_flags,
     candidate_recipes,
     deployment_recipe,
+    disagg_placement,
+    dynamo_pins,
+    dynamo_release,
+    place_workers,
     engine_args_file,
     row_recipes,
     serve_commands,
@@ -28,7 +34,7 @@ from pdtune.recipe import (
     write_recipes,
 )
 from pdtune.results.srt_slurm import load_recipe
-from pdtune.vllm_args import config_problems, parse_command
+from pdtune.vllm_args import bundled_versions, config_problems, parse_command, value_problem, value_rules
 from pdtune.topology import parse_topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "srt_slurm_recipes"
@@ -374,3 +380,185 @@ def test_a_plan_round_trips_through_its_schema(dsv3: dict[str, Any], mixed: dict
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(data), encoding="utf-8")
         assert load_plan(path)["pdtune_plan"] == 1
+
+
+# ------------------------------------------------------------------------------------------ placement, versions
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.sampled_from([1, 2, 4, 8, 16]), st.integers(1, 6), st.sampled_from([1, 2, 4, 8, 16]),
+       st.sampled_from([4, 8]), st.booleans())
+def test_placement_gives_every_worker_gpus_of_its_own(x: int, gp: int, y: int, gd: int, gpn: int,
+                                                      packed: bool) -> None:
+    """srt-slurm's allocation rules as pdtune mirrors them: every worker gets its layout's GPUs and no GPU twice,
+    or (packed) the placement is refused, which is when srt-slurm's own allocator would hand a whole-node worker
+    GPUs a packed worker already holds."""
+    try:
+        workers = place_workers([("prefill", x, gp), ("decode", y, gd)], gpn, packed=packed)
+    except ValueError:
+        assert packed  # separate pools never collide
+        return
+    taken = [(n, g) for w in workers for n, gpus in w.places for g in gpus]
+    assert len(taken) == len(set(taken)) == x * gp + y * gd
+    assert all(sum(len(g) for _, g in w.places) == w.gpus for w in workers)
+    assert all(0 <= g < gpn for _, g in taken)
+
+
+def test_packing_keeps_an_nvlink_priced_row_on_one_node() -> None:
+    """7 of 8 H200: 3 TP1 prefill engines and 2 DP2 decode engines, KV over NVLink: one node, decode packed behind
+    prefill (GPUs 0-2 and 3-6), where separate pools would take two nodes and move the KV transfer onto the NIC."""
+    place = disagg_placement(3, 1, 2, 2, 8, nvlink_in_node=True)
+    assert place.packed and (place.prefill_nodes, place.decode_nodes) == (1, 0)
+    assert [w.places for w in place.workers] == [((0, (0,)),), ((0, (1,)),), ((0, (2,)),), ((0, (3, 4)),),
+                                                 ((0, (5, 6)),)]
+    apart = disagg_placement(3, 1, 2, 2, 8, nvlink_in_node=False)
+    assert apart.packed  # fewer nodes too
+    # Two pools of whole nodes stay apart: 2 x 4 prefill GPUs and one TP8 decode engine on 8-GPU nodes.
+    wide = disagg_placement(2, 4, 1, 8, 8, nvlink_in_node=False)
+    assert not wide.packed and (wide.prefill_nodes, wide.decode_nodes) == (1, 1)
+    # Three TP2 prefill engines (6 of a node) before a TP8 decode: srt-slurm would put the decode engine on the
+    # partly used node, so pdtune does not pack it (GPUs 0-5 would be handed out twice).
+    with pytest.raises(ValueError, match="share GPU"):
+        place_workers([("prefill", 3, 2), ("decode", 1, 8)], 8, packed=True)
+    assert not disagg_placement(3, 2, 1, 8, 8, nvlink_in_node=False).packed
+
+
+def test_dynamo_and_vllm_versions_belong_together() -> None:
+    """data/vllm/dynamo-vllm-pins.csv, read from the ai-dynamo wheels' METADATA (`Requires-Dist: vllm[...]==X;
+    extra == 'vllm'`): 1.2.1 pins 0.20.1 (the issue's mismatch with a 0.33 image), 1.6.1 pins 0.31.0, none 0.33."""
+    pins = {r.version: r.vllm for r in dynamo_pins()}
+    assert pins["1.2.1"] == "0.20.1" and pins["1.6.1"] == "0.31.0" and "0.33.0" not in pins.values()
+    release_, matched = dynamo_release("0.33.0")
+    assert (release_.version, release_.vllm, release_.image, matched) == ("1.6.1", "0.31.0",
+                                                                          "vllm/vllm-openai:v0.31.0", False)
+    assert dynamo_release("0.26.0") == (next(r for r in dynamo_pins() if r.version == "1.4.2"), True)
+    # Every image a recipe names has its flag list bundled, so its flags are checked against its own vLLM.
+    assert {r.vllm for r in dynamo_pins()[:1]} | {"0.33.0"} <= set(bundled_versions())
+
+
+def test_recipes_declare_their_versions_for_srt_slurm_to_verify(article: dict[str, Any]) -> None:
+    for recipe in _all_recipes(article):
+        body = recipe.body
+        frameworks = body["identity"]["frameworks"]
+        assert body["identity"]["container"]["image"] == body["model"]["container"] == \
+            f"vllm/vllm-openai:v{frameworks['vllm']}"
+        if body["frontend"]["type"] == "dynamo":
+            assert body["dynamo"]["version"] == frameworks["dynamo"] == "1.6.1" and frameworks["vllm"] == "0.31.0"
+        else:
+            assert "dynamo" not in body and frameworks == {"vllm": "0.33.0"}
+
+
+def test_the_script_reads_what_each_flag_takes(tmp_path: Path) -> None:
+    """``--values``: a miniature vLLM source, each rule of ``get_kwargs`` once. A Literal (nested aliases
+    flattened) gives choices argparse enforces, ``Literal | str`` choices the config validator enforces; a
+    pydantic ``Field(gt=, le=)`` gives bounds; a config dataclass is JSON with its own fields; an explicit
+    ``choices=`` wins."""
+    src = tmp_path / "vllm"
+    files = {
+        "_version.py": "__version__ = '9.9.9'\n",
+        "config/cache.py": """
+            Inner = Literal["a", "b"]
+            Outer = Literal["c", Inner]
+            Dtype = Literal["auto", "fp8"]
+            @config
+            class Spec:
+                method: Outer | None = None
+                tokens: int = Field(default=None, gt=0)
+            @config
+            class CacheConfig:
+                block_size: int = Field(default=None, gt=0)
+                util: float = Field(default=0.9, gt=0, le=1)
+                cache_dtype: Dtype | str = "auto"
+                mode: Outer = "c"
+                spec: Spec | None = None
+                caching: bool = True
+            """,
+        "engine/arg_utils.py": """
+            class EngineArgs:
+                @staticmethod
+                def add_cli_args(parser):
+                    kw = get_kwargs(CacheConfig)
+                    parser.add_argument("--block-size", **kw["block_size"])
+                    parser.add_argument("--util", **kw["util"])
+                    parser.add_argument("--kv-cache-dtype", **kw["cache_dtype"])
+                    parser.add_argument("--mode", **kw["mode"])
+                    parser.add_argument("--spec", **kw["spec"])
+                    parser.add_argument("--caching", **kw["caching"])
+                    parser.add_argument("--level", type=str, choices=["x", "y"])
+            """,
+        "entrypoints/common/cli_args.py": """
+            @config
+            class FrontendArgs:
+                port: int = 8000
+            def make_arg_parser(parser):
+                parser.add_argument("--headless", action="store_true")
+                return parser
+            """,
+    }
+    for rel, body in files.items():
+        path = src / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body), encoding="utf-8")
+    values = tmp_path / "values.json"
+    assert _script().main(["--src", str(src), "--out", str(tmp_path / "list.txt"), "--values", str(values)]) == 0
+    got = json.loads(values.read_text(encoding="utf-8"))
+    assert got["vllm"] == "9.9.9"
+    flags = got["flags"]
+    assert flags["--block-size"]["kind"] == "int" and flags["--block-size"]["bounds"] == {"gt": 0}
+    assert flags["--util"] == {"kind": "float", "bounds": {"gt": 0, "le": 1}, "field": "CacheConfig.util"}
+    assert flags["--kv-cache-dtype"]["choices"] == ["auto", "fp8"]
+    assert flags["--kv-cache-dtype"]["enforced"] == "config"
+    assert flags["--mode"]["choices"] == ["a", "b", "c"] and flags["--mode"]["enforced"] == "argparse"
+    assert flags["--spec"]["kind"] == "json" and flags["--spec"]["config_class"] == "Spec"
+    assert flags["--spec"]["fields"]["method"] == {"kind": "str", "choices": ["a", "b", "c"], "enforced": "argparse",
+                                                   "optional": True}
+    assert flags["--spec"]["fields"]["tokens"]["bounds"] == {"gt": 0}
+    assert flags["--caching"]["kind"] == "bool" and flags["--no-caching"] == {"kind": "bool", "negates": "--caching"}
+    assert flags["--level"]["choices"] == ["x", "y"] and flags["--headless"] == {"kind": "flag"}
+    assert flags["--port"]["kind"] == "int"
+
+
+def test_the_value_rules_are_vllm_0_33s() -> None:
+    """The generated rules of the bundled 0.33.0 wheel, by hand from its source: ``CacheConfig.cache_dtype`` is
+    ``CacheDType | str`` (22 dtypes, checked by ``_validate_cache_dtype``), ``gpu_memory_utilization`` is
+    ``Field(gt=0, le=1)``, ``block_size`` ``Field(gt=0)``, ``SchedulerConfig.max_num_seqs`` ``Field(ge=1)``
+    (vllm/config/cache.py, vllm/config/scheduler.py)."""
+    rules = value_rules()
+    dtypes = rules["--kv-cache-dtype"]
+    assert len(dtypes["choices"]) == 22 and {"auto", "fp8", "nvfp4", "bfloat16"} <= set(dtypes["choices"])
+    assert rules["--gpu-memory-utilization"]["bounds"] == {"gt": 0, "le": 1}
+    assert rules["--block-size"]["bounds"] == {"gt": 0} and rules["--max-num-seqs"]["bounds"] == {"ge": 1}
+    assert "mtp" in rules["--speculative-config"]["fields"]["method"]["choices"]
+    assert value_problem("--kv-cache-dtype", "fp7").startswith("must be one of auto, bfloat16")
+    assert value_problem("--gpu-memory-utilization", 5.0) == "must be at most 1, got 5.0"
+    assert value_problem("--block-size", "big") == "expected an integer, got 'big'"
+    assert "65,536 sequences per engine" in value_problem("--max-num-seqs", 70000)
+    assert value_problem("--max-num-seqs", "9" * 300) == "an integer of 300 digits"
+    assert value_problem("--speculative-config", '{"method":"mtp","num_speculative_tokens":3}') == ""
+    assert "no field" in value_problem("--speculative-config", '{"method":"mtp","tokens":3}')
+    # vLLM's cross-field rule (SchedulerConfig.verify_max_model_len): the budget holds every decode token.
+    assert config_problems({"max-num-seqs": 512, "max-num-batched-tokens": 256}) == [
+        "max-num-batched-tokens: 256 is below max-num-seqs (512), which vLLM refuses"]
+    with pytest.raises(ValueError, match="no such flag"):
+        parse_command("vllm serve m --tp 8")
+    with pytest.raises(ValueError, match="takes no value|a value without a flag"):
+        parse_command("vllm serve m --headless yes")
+    assert parse_command("vllm serve m --port 8100 --headless")["--headless"] is True
+
+
+def test_bundled_hub_ids_are_the_readme_table() -> None:
+    """data/models/hub-ids.csv is the "Hub id" column of data/models/README.md's table (the first `org/name` of
+    each row, empty where the row has none); serve scripts load the model by it."""
+    import re
+
+    from pdtune.model import bundled_models, load_model
+    from pdtune.model.hub import bundled_hub_ids, hub_id
+
+    table = {}
+    for line in (REPO / "data" / "models" / "README.md").read_text(encoding="utf-8").splitlines():
+        if m := re.match(r"\| `([^`]+)` \| (.+?) \|", line):
+            ids = re.findall(r"`([^`]+/[^`]+)`", m.group(2))
+            table[m.group(1)] = ids[0] if ids else ""
+    assert bundled_hub_ids() == table and set(table) == set(bundled_models())
+    assert hub_id(load_model("deepseek-v3")) == "deepseek-ai/DeepSeek-V3"
+    assert hub_id(load_model("qwen3.8-2.4t")) is None  # the article's reconstructed model has no Hub id

@@ -20,10 +20,8 @@ in the shape of srt-slurm's own vLLM recipes (the samples in ``tests/fixtures/sr
 workers, and prefill and decode workers share nodes (``decode_nodes: 0`` with
 ``backend.allow_prefill_decode_colocation``) when that takes fewer nodes, and always when the plan priced the
 KV transfer over NVLink inside one node's NVLink domain (an 8-GPU HGX board): two pools on two nodes would move
-it onto the NIC. Workers are placed as srt-slurm places them (:func:`place_workers`, its
-``allocate_endpoints`` rules: prefill first, partial-node workers packed, whole-node workers on nodes of their
-own), and packing is used only where that placement gives every worker GPUs of its own; the tests check it
-against srt-slurm's own code. On a GPU whose NVLink domain spans nodes (GB200/GB300 NVL72), both roles get
+it onto the NIC. Workers are placed as srt-slurm places them (:mod:`pdtune.placement`), and packing is used only
+where that placement gives every worker GPUs of its own; the tests check it against srt-slurm's own code. On a GPU whose NVLink domain spans nodes (GB200/GB300 NVL72), both roles get
 srt-slurm's GB200 vLLM recipes' multi-node NVLink environment (:data:`MNNVL_ENVIRONMENT`).
 
 **Versions.** srt-slurm starts a disaggregated vLLM deployment (and more than one aggregated replica) through
@@ -61,6 +59,7 @@ from pdtune.errors import InputError
 from pdtune.io import output_folder, release, remove_stale, staging_dir
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
+from pdtune.placement import Placement, Worker, _nodes_used, disagg_placement, place_workers
 from pdtune.topology import Topology, parse_topology
 from pdtune.vllm_args import (
     VLLM_VERSION,
@@ -72,10 +71,10 @@ from pdtune.vllm_args import (
 )
 
 __all__ = [
-    "CONTAINER", "DYNAMO_PINS", "KV_TRANSFER_CONFIG", "MNNVL_ENVIRONMENT", "VLLM_VERSION", "DynamoRelease", "Engine",
+    "CONTAINER", "KV_TRANSFER_CONFIG", "MNNVL_ENVIRONMENT", "VLLM_VERSION", "DynamoRelease", "Engine", "Placement",
     "Recipe", "Worker", "accepted_flags", "candidate_recipes", "config_flags", "deployment_recipe",
-    "dynamo_release", "engine_args_file", "measurement_recipe", "place_workers", "row_recipes", "serve_command",
-    "serve_commands", "serve_script", "unknown_flags", "write_recipes",
+    "disagg_placement", "dynamo_pins", "dynamo_release", "engine_args_file", "measurement_recipe", "place_workers",
+    "row_recipes", "serve_command", "serve_commands", "serve_script", "unknown_flags", "write_recipes",
 ]
 
 #: The image of the vLLM line the serve scripts, single servers and measurement recipes run.
@@ -128,8 +127,6 @@ def dynamo_pins() -> tuple[DynamoRelease, ...]:
     out = [DynamoRelease(r["ai_dynamo"], r["vllm"], r["wheel"]) for r in rows]
     return tuple(sorted(out, key=lambda r: _version_key(r.version), reverse=True))
 
-
-DYNAMO_PINS = dynamo_pins
 
 
 def dynamo_release(vllm: str = VLLM_VERSION) -> tuple[DynamoRelease, bool]:
@@ -265,92 +262,6 @@ def _draft(settings: dict[str, Any]) -> dict[str, Any] | None:
     model = str(path.parent) if path.suffix == ".json" else str(model)  # vLLM loads a folder or a Hub id
     return {"method": settings.get("speculative_method") or "draft_model", "model": model,
             "num_speculative_tokens": int(settings.get("num_speculative_tokens") or 1)}
-
-
-# ------------------------------------------------------------------------------------------ placement
-
-
-@dataclass(frozen=True)
-class Worker:
-    """One engine's place: its role and index, and per node it spans the node's index and its GPUs there."""
-
-    role: str  # "prefill", "decode" or "agg"
-    index: int
-    gpus: int
-    places: tuple[tuple[int, tuple[int, ...]], ...]  # (node, GPU indices on it), leader first
-
-    @property
-    def nodes(self) -> tuple[int, ...]:
-        return tuple(n for n, _ in self.places)
-
-
-def place_workers(groups: Sequence[tuple[str, int, int]], gpus_per_node: int, *,
-                  packed: bool) -> list[Worker]:
-    """Workers placed the way srt-slurm's ``allocate_endpoints`` places them (``srtctl/core/topology.py``):
-    groups in order (prefill, decode, agg); a worker of a whole node or more takes whole nodes from the current
-    one; smaller workers pack from the current node's next free GPU, moving on when one does not fit; between
-    groups a partly used node is left behind unless ``packed`` (srt-slurm's P/D colocation). Raises ValueError
-    when two workers would get the same GPU (srt-slurm's whole-node workers start at the current node even when
-    a packed worker already uses part of it)."""
-    out: list[Worker] = []
-    node, offset = 0, 0
-    used: set[tuple[int, int]] = set()
-    for k, (role, count, gpus) in enumerate(groups):
-        if count <= 0:
-            continue
-        if k and offset and not packed:
-            node, offset = node + 1, 0
-        span = math.ceil(gpus / gpus_per_node)
-        for i in range(count):
-            if gpus >= gpus_per_node:
-                places = tuple((node + j, tuple(range(gpus_per_node))) for j in range(span))
-                node += span
-            else:
-                if offset + gpus > gpus_per_node:
-                    node, offset = node + 1, 0
-                places = ((node, tuple(range(offset, offset + gpus))),)
-                offset += gpus
-                if offset >= gpus_per_node:
-                    node, offset = node + 1, 0
-            for n, idx in places:
-                for g in idx:
-                    if (n, g) in used:
-                        raise ValueError(f"{role} worker {i} would share GPU {g} of node {n}")
-                    used.add((n, g))
-            out.append(Worker(role, i, gpus, places))
-    return out
-
-
-def _nodes_used(workers: Sequence[Worker]) -> int:
-    return 1 + max(n for w in workers for n in w.nodes) if workers else 0
-
-
-@dataclass(frozen=True)
-class Placement:
-    """How a disaggregated row's workers sit on nodes, and why."""
-
-    packed: bool
-    prefill_nodes: int
-    decode_nodes: int
-    workers: tuple[Worker, ...]
-    reason: str
-
-
-def disagg_placement(x: int, gp: int, y: int, gd: int, gpus_per_node: int, *, nvlink_in_node: bool) -> Placement:
-    """Separate prefill and decode nodes, or both packed on shared nodes (see the module docstring)."""
-    groups = [("prefill", x, gp), ("decode", y, gd)]
-    apart = place_workers(groups, gpus_per_node, packed=False)
-    p_nodes = _nodes_used([w for w in apart if w.role == "prefill"])
-    d_nodes = _nodes_used(apart) - p_nodes
-    try:
-        packed = place_workers(groups, gpus_per_node, packed=True)
-    except ValueError:
-        packed = []
-    if packed and (nvlink_in_node or _nodes_used(packed) < _nodes_used(apart)):
-        why = ("the plan priced the KV transfer over NVLink inside one node" if nvlink_in_node else
-               f"{_nodes_used(packed)} shared nodes instead of {_nodes_used(apart)}")
-        return Placement(True, _nodes_used(packed), 0, tuple(packed), why)
-    return Placement(False, p_nodes, d_nodes, tuple(apart), "prefill and decode on nodes of their own")
 
 
 # ------------------------------------------------------------------------------------------ recipes
