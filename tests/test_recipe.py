@@ -359,7 +359,7 @@ def test_outputs_of_a_measurement_recipe_feed_the_plan(article: dict[str, Any], 
 
 
 def test_the_bad_input_corpus_breaks_a_valid_plan_one_key_at_a_time(tmp_path: Path) -> None:
-    """Issue 22's plan-file cases (tests/badinputs.py, causes 102 and 103) each change one key of this plan; the
+    """Issue 22's plan-file cases (tests/badinputs.py, causes 2202 and 2203) each change one key of this plan; the
     plan itself passes the schema and writes its recipes."""
     from badinputs import PLAN_ROWS, plan_file
 

@@ -68,7 +68,7 @@ def place_workers(groups: Sequence[tuple[str, int, int]], gpus_per_node: int, *,
     return out
 
 
-def _nodes_used(workers: Sequence[Worker]) -> int:
+def nodes_used(workers: Sequence[Worker]) -> int:
     return 1 + max(n for w in workers for n in w.nodes) if workers else 0
 
 
@@ -87,14 +87,14 @@ def disagg_placement(x: int, gp: int, y: int, gd: int, gpus_per_node: int, *, nv
     """Separate prefill and decode nodes, or both packed on shared nodes (see the module docstring)."""
     groups = [("prefill", x, gp), ("decode", y, gd)]
     apart = place_workers(groups, gpus_per_node, packed=False)
-    p_nodes = _nodes_used([w for w in apart if w.role == "prefill"])
-    d_nodes = _nodes_used(apart) - p_nodes
+    p_nodes = nodes_used([w for w in apart if w.role == "prefill"])
+    d_nodes = nodes_used(apart) - p_nodes
     try:
         packed = place_workers(groups, gpus_per_node, packed=True)
     except ValueError:
         packed = []
-    if packed and (nvlink_in_node or _nodes_used(packed) < _nodes_used(apart)):
+    if packed and (nvlink_in_node or nodes_used(packed) < nodes_used(apart)):
         why = ("the plan priced the KV transfer over NVLink inside one node" if nvlink_in_node else
-               f"{_nodes_used(packed)} shared nodes instead of {_nodes_used(apart)}")
-        return Placement(True, _nodes_used(packed), 0, tuple(packed), why)
+               f"{nodes_used(packed)} shared nodes instead of {nodes_used(apart)}")
+        return Placement(True, nodes_used(packed), 0, tuple(packed), why)
     return Placement(False, p_nodes, d_nodes, tuple(apart), "prefill and decode on nodes of their own")

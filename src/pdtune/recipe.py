@@ -59,7 +59,7 @@ from pdtune.errors import InputError
 from pdtune.io import output_folder, release, remove_stale, staging_dir
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
-from pdtune.placement import Placement, Worker, _nodes_used, disagg_placement, place_workers
+from pdtune.placement import Placement, Worker, disagg_placement, nodes_used, place_workers
 from pdtune.topology import Topology, parse_topology
 from pdtune.vllm_args import (
     VLLM_VERSION,
@@ -474,7 +474,7 @@ def _agg_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str | 
     workers = place_workers([("agg", replicas, engine.topology.gpus)], gpn, packed=False)
     body = _base(f"pdtune-{_slug(plan['model']['name'])}-{_slug(row['deployment'])}", plan, path,
                  dynamo=dynamo[0] if dynamo else None)
-    body["resources"] = {"gpu_type": gpu["name"], "gpus_per_node": gpn, "agg_nodes": _nodes_used(workers),
+    body["resources"] = {"gpu_type": gpu["name"], "gpus_per_node": gpn, "agg_nodes": nodes_used(workers),
                          "agg_workers": replicas, "gpus_per_agg": engine.topology.gpus}
     body["frontend"] = {"type": "dynamo" if dynamo else "vllm", "enable_multiple_frontends": False}
     backend: dict[str, Any] = {"type": "vllm", "connector": None}
@@ -496,7 +496,7 @@ def _agg_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str | 
                f"{row['tps_per_gpu']:,.0f} total tokens/s per GPU, "
                f"{math.floor(row['tps_per_user'] * 10 + 1e-9) / 10:.1f} tokens/s per user, TTFT "
                f"{math.ceil(row['ttft_ms_p50'] - 1e-9):,} ms.",
-               f"Nodes: {_nodes_used(workers)} of {gpn} GPUs for {row['gpus_total']} GPUs of servers."]
+               f"Nodes: {nodes_used(workers)} of {gpn} GPUs for {row['gpus_total']} GPUs of servers."]
     if replicas > 1:
         header.append("Dynamo's router spreads the requests over the replicas (srt-slurm's frontend.type: vllm "
                       "runs one server only); the serve script starts the same replicas without Dynamo.")
@@ -589,7 +589,7 @@ def serve_script(plan: dict[str, Any], row: dict[str, Any], *, model_path: str |
         how = ("A router sends each request to a prefill server, then to a decode server, which pulls the KV cache "
                "over NIXL (Dynamo's frontend, or vLLM's disaggregated proxy: vllm-project/router's "
                "`vllm-router --pd-disaggregation`); point it at the prefill and decode ports below.")
-    nodes = _nodes_used(workers)
+    nodes = nodes_used(workers)
     lines = ["#!/usr/bin/env bash",
              f"# {row['deployment']}: plan row {row['row']} ({row['mode']}) as `vllm serve` commands of vLLM "
              f"{VLLM_VERSION} ({CONTAINER}, no Dynamo), {row['gpus_total']} GPUs on {nodes} node(s) of {gpn}.",

@@ -69,7 +69,7 @@ class _Choice:
     shortfall: float | None = None
 
 
-def _report(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceiling: TtftCeiling, *,
+def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceiling: TtftCeiling, *,
             require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
     """The table the plan reports and its picks, every reported row evaluated by ``evaluator``.
 

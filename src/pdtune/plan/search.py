@@ -27,7 +27,7 @@ from pdtune.plan.inputs import (
     tpot_p90_rule,
     ttft_ceiling,
 )
-from pdtune.plan.report import Pick, _report, ceil_to, comparison_sentence
+from pdtune.plan.report import Pick, ceil_to, comparison_sentence, report_table
 from pdtune.plan.pools import (
     Candidate,
     Factors,
@@ -287,7 +287,7 @@ def plan(
     rows = evaluate_rows(rows, p90)  # the search's own ranking: steady state
     ceiling = ttft_ceiling(s, unloaded)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
-    table, picks = _report(rows, floors, evaluator or steady_state(p90), ceiling,
+    table, picks = report_table(rows, floors, evaluator or steady_state(p90), ceiling,
                            require_sla=require_sla and bool(slas))
     counts.update({
         "prefill_candidates": len(pools["prefill"].candidates),
