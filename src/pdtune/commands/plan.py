@@ -185,7 +185,8 @@ def render(result: Plan, written: list[str] | None = None) -> str:
     origin = ("MODELED (pdtune.perfmodel roofline predictions, rate-matched; not measurements)" if result.modeled
               else "from measured isolated sweeps")
     agg = (f"; {c['aggregated_candidates']} aggregated server layouts ({c['aggregated_rows']:,} rows, "
-           f"{c['aggregated_rejected']} layouts rejected)") if s.aggregated else "; aggregated rows left out"
+           f"{c['aggregated_rejected']} layouts rejected, {c['aggregated_points_above_kv_room']:,} points beyond "
+           "their KV room dropped)") if s.aggregated else "; aggregated rows left out"
     lines = [
         f"Plan {origin}: {result.spec.name}, {pools}, at most {s.max_gpus} GPUs, ISL/OSL {s.isl}/{s.osl}",
         f"  searched {c['prefill_candidates']} prefill and {c['decode_candidates']} decode sweeps "

@@ -13,8 +13,9 @@ are the server's. Requests are spread over the replicas by a load balancer in fr
 
 Not modeled here: MTP and draft models in the aggregated server (pdtune's aggregated model runs no
 speculative decoding), so with MTP candidates on the decode side the comparison favours disaggregation.
-Points beyond a server's KV room are kept only up to the first one past it: the model charges them with
-preemption (TPOT grows, throughput stays), so they never reach the frontier.
+Points beyond a server's KV room (its steady-state room, :func:`pdtune.perfmodel.aggregated.steady_capacity`)
+are dropped and counted, as the decode pools drop theirs: the steady-state model's preemption branch is not
+what vLLM does there (it queues new requests; issue 23).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ AGG_BOTTLENECK = {
               "chunked-prefill steps",
     "dense": "mixed steps: every step of each server carries prompt chunks beside the decode tokens",
     "full": "the token budget: every step of each server is full (--max-num-batched-tokens), prompts queue",
-    "kv": "KV cache: each server holds fewer running requests than its clients, the rest are preempted",
 }
 
 
@@ -53,6 +53,7 @@ class AggPool:
     layouts: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     unloaded_ttft_ms: float = math.inf  # TTFT of one request alone on the fastest server
+    dropped_above_room: int = 0  # grid points beyond a server's KV room
 
 
 def aggregated_pool(spec: ModelSpec, gpu: GpuSpec, s: PlanSettings, eff: Efficiency) -> AggPool:
@@ -80,10 +81,15 @@ def aggregated_pool(spec: ModelSpec, gpu: GpuSpec, s: PlanSettings, eff: Efficie
         points = []
         for c in s.grid:
             p = agg_plan(engine, c, s.isl, s.osl, eff.arrival_clustering, room=per_rank)
+            if p.kv_limited:  # beyond the KV room, as the decode pools drop theirs
+                pool.dropped_above_room += 1
+                continue
             ttft_s, tpot_s = p.evaluate(engine, eff)
-            points.append((c, ttft_s, tpot_s, "kv" if p.kv_limited else p.regime))
-            if c >= room:
-                break
+            points.append((c, ttft_s, tpot_s, p.regime))
+        if not points:
+            pool.rejected.append(Rejected("aggregated", gpu.name, topo.name,
+                                          f"not one request of {s.isl}+{s.osl} tokens per DP rank fits its KV room"))
+            continue
         c_arr = np.array([q[0] for q in points], dtype=float)
         ttft = np.array([q[1] for q in points]) * 1000.0
         tpot = np.array([q[2] for q in points]) * 1000.0

@@ -180,12 +180,13 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     table["within_ttft_ceiling"] = table["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
     table["bottleneck_words"] = [bottleneck_words(r) for r in table.to_dict("records")]
     table["curve_concurrencies"] = _curves(rows, table)
-    heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[
-        ["prefill_concurrency", "decode_concurrency", "server_concurrency"]].max()
+    loads = [c for c in ("prefill_concurrency", "decode_concurrency", "server_concurrency") if c in rows.columns]
+    heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[loads].max()
     for col, key in (("curve_prefill_concurrency_max", "prefill_concurrency"),
                      ("curve_decode_concurrency_max", "decode_concurrency"),
                      ("curve_server_concurrency_max", "server_concurrency")):
-        table[col] = table["deployment"].map(heaviest[key]).fillna(0).astype(int)
+        if key in heaviest.columns:
+            table[col] = table["deployment"].map(heaviest[key]).fillna(0).astype(int)
     table = table.reset_index(drop=True)
     return table[[c for c in ROW_COLUMNS if c in table.columns]], picks
 
@@ -261,6 +262,8 @@ def picks_sentence(p: Plan, pick: Pick) -> str:
 def comparison_sentence(p: Plan, pick: Pick) -> str:
     """Aggregated against disaggregated for one SLA, in one sentence."""
     what = pick.sla.describe()
+    if not p.settings.aggregated:
+        return f"{what}: aggregated serving was not planned (--no-aggregated)."
     if pick.best_agg is None and pick.best_disagg is None:
         return f"{what}: neither aggregated nor disaggregated serving meets it within {p.settings.max_gpus} GPUs."
     if pick.best_agg is None or pick.best_disagg is None:

@@ -269,7 +269,7 @@ def plan(
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
     rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
     agg_rejected: list[Rejected] = []
-    agg_layouts = 0
+    agg_layouts = agg_dropped = 0
     if s.aggregated:
         kinds = [("prefill", prefill_gpu)] + ([("decode", decode_gpu)] if s.mixed else [])
         parts = [rows]
@@ -278,6 +278,7 @@ def plan(
             parts += pool.rows
             agg_rejected += pool.rejected
             agg_layouts += len(pool.layouts)
+            agg_dropped += pool.dropped_above_room
             unloaded = min(unloaded, pool.unloaded_ttft_ms)
         rows = pd.concat(parts, ignore_index=True)
     rows["mode"] = rows["mode"].astype(str)
@@ -295,6 +296,7 @@ def plan(
         "aggregated_candidates": agg_layouts,
         "rejected": len(pools["prefill"].rejected) + len(pools["decode"].rejected),
         "aggregated_rejected": len(agg_rejected),
+        "aggregated_points_above_kv_room": agg_dropped,
         "pruned": len(pools["prefill"].pruned) + len(pools["decode"].pruned),
         "decode_points_above_kv_room": pools["decode"].dropped_above_room,
         "feasible_rows": len(rows),
