@@ -346,3 +346,31 @@ def test_summaries_for_the_chapter(dsv3: Plan) -> None:
     transfers = dsv3.transfer_frame()
     assert len(transfers) and (transfers["share_of_ttft_max"] < 1).all()
     assert (transfers["kv_transfer_ms"] > 0).all()
+
+
+def test_every_reported_row_and_sla_check_goes_through_the_evaluation_step() -> None:
+    """The structure a scheduler simulation plugs into (pdtune.plan.evaluate): an evaluator that triples every TTFT
+    and takes 5 rows a call changes what the table reports and which row meets a TTFT limit; the steady-state
+    ranking only orders the candidates it is asked about."""
+    from pdtune.plan import Evaluator, evaluate_rows
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128)
+    base = plan(s, [Sla(min_tps_per_user=30)])
+    pick = base.row(base.picks[0].row)
+    limit = 2 * pick["ttft_ms_p50"]  # the steady-state pick meets it; tripled, it does not
+    calls: list[int] = []
+
+    def slower(rows: object) -> object:
+        calls.append(len(rows))  # type: ignore[arg-type]
+        out = evaluate_rows(rows, base.tpot_p90)  # type: ignore[arg-type]
+        return out.assign(ttft_ms_p50=3 * out["ttft_ms_p50"], ttft_ms_p90=3 * out["ttft_ms_p90"],
+                          ttft_ms_p99=3 * out["ttft_ms_p99"], latency_model="tripled TTFT")
+
+    p = plan(s, [Sla(min_tps_per_user=30, max_ttft_ms=limit)], evaluator=Evaluator("tripled TTFT", slower, batch=5))
+    assert p.latency_model == "tripled TTFT" and set(p.table["latency_model"]) == {"tripled TTFT"}
+    got = p.row(p.picks[0].row)
+    assert got["ttft_ms_p50"] <= limit
+    assert (got["deployment"], got["concurrency"]) != (pick["deployment"], pick["concurrency"])
+    same = p.rows[(p.rows["deployment"] == got["deployment"]) & (p.rows["concurrency"] == got["concurrency"])]
+    assert got["ttft_ms_p50"] == pytest.approx(3 * float(same["ttft_ms_p50"].iloc[0]))  # the evaluator's numbers
+    assert max(calls[:-1]) <= 5 and len(calls) > 2  # candidates came a batch at a time

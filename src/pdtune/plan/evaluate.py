@@ -20,7 +20,9 @@ What the steady-state model can and cannot say, and so what :func:`evaluate_rows
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -35,20 +37,22 @@ LATENCY_NOTE = ("steady-state model (pdtune.perfmodel, no queueing spread): TTFT
 
 @dataclass(frozen=True)
 class Evaluator:
-    """How reported rows are evaluated: a name for the ``latency_model`` column, the TPOT tail rule, and how
-    many rows one call should take (None: all at once; a slow evaluator takes candidates a batch at a time,
-    best first, until an SLA's pick is found)."""
+    """How reported rows are evaluated: a name for the ``latency_model`` column, the function that turns rows
+    into reported rows (the columns :func:`evaluate_rows` writes), and how many rows one call should take
+    (None: all at once; a slow evaluator, such as a simulation, takes the candidates of an SLA a batch at a
+    time, best first, until its pick is found)."""
 
     name: str
-    tpot_p90: TpotP90
+    evaluate: Callable[[pd.DataFrame], pd.DataFrame]
     batch: int | None = None
 
     def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
-        return evaluate_rows(rows, self.tpot_p90)
+        return self.evaluate(rows)
 
 
 def steady_state(tpot_p90: TpotP90) -> Evaluator:
-    return Evaluator(LATENCY_MODEL, tpot_p90)
+    """The evaluation step until the scheduler simulation lands: the steady-state model's own numbers."""
+    return Evaluator(LATENCY_MODEL, partial(evaluate_rows, tpot_p90=tpot_p90))
 
 
 def evaluate_rows(rows: pd.DataFrame, tpot_p90: TpotP90) -> pd.DataFrame:
