@@ -374,3 +374,20 @@ def test_every_reported_row_and_sla_check_goes_through_the_evaluation_step() -> 
     same = p.rows[(p.rows["deployment"] == got["deployment"]) & (p.rows["concurrency"] == got["concurrency"])]
     assert got["ttft_ms_p50"] == pytest.approx(3 * float(same["ttft_ms_p50"].iloc[0]))  # the evaluator's numbers
     assert max(calls[:-1]) <= 5 and len(calls) > 2  # candidates came a batch at a time
+
+
+def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
+    """--latency-model simulated (pdtune.sim, issue 23): a small plan's reported rows are simulated runs of their
+    benchmark, with queueing tails the steady-state model has not (its TTFT p90 equals the median); the pick
+    meets its SLA on the simulated numbers."""
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128,
+                     prefill_topologies=("TP2",), decode_topologies=("TP2", "TP4"), latency_model="simulated")
+    p = plan(s, [Sla(min_tps_per_user=30)])
+    t = p.table
+    assert p.latency_model == "simulated (pdtune.sim)" and set(t["latency_model"]) == {p.latency_model}
+    assert (t["ttft_ms_p99"] >= t["ttft_ms_p90"]).all() and (t["ttft_ms_p90"] >= t["ttft_ms_p50"]).all()
+    assert (t["tpot_ms_p99"] >= t["tpot_ms_p90"]).all() and (t["tpot_ms_p90"] >= t["tpot_ms_p50"]).all()
+    assert (t["ttft_ms_p90"] > 1.2 * t["ttft_ms_p50"]).any()  # queueing the steady-state model cannot show
+    pick = p.row(p.picks[0].row)
+    assert pick["tps_per_user"] >= 30 and pick["tps_per_user"] == pytest.approx(1000 / pick["tpot_ms_p50"])
+    assert p.to_dict()["latency_note"].startswith("pdtune.sim")

@@ -27,7 +27,7 @@ from pdtune.plan import (
     plan,
     sla_list,
 )
-from pdtune.plan.evaluate import LATENCY_NOTE
+from pdtune.plan.evaluate import LATENCY_NOTE, SIMULATED, SIMULATED_NOTE
 from pdtune.topology import layout_notation
 
 EPILOG = """\
@@ -38,9 +38,11 @@ xPyD rows, and says for each SLA which serving mode wins and by how much (--no-a
 tok/s/GPU = total (input + output) tokens/s over all GPUs; tok/s/user = 1000 / TPOT; TTFT includes the KV
 transfer from the prefill to the decode engine (NVLink inside one NVLink domain, else the scale-out network).
 Numbers are rounded the way they are compared: tok/s/user down (19.98 reads 19.9 against >= 20), TTFT and TPOT
-up. Latencies come from the steady-state model (column latency_model): no queueing spread, so TTFT p90 = p99 =
-the median, and TPOT p90 = p99 = the median x the measured p99/median ratio of the bundled InferenceX points
-(or --tpot-p90-factor), or a measured decode sweep's p99; the plan prints which.
+up. Latencies come from the steady-state model by default (column latency_model): no queueing spread, so TTFT
+p90 = p99 = the median, and TPOT p90 = p99 = the median x the measured p99/median ratio of the bundled
+InferenceX points (or --tpot-p90-factor), or a measured decode sweep's p99; the plan prints which. With
+--latency-model simulated every reported row and SLA check comes from pdtune.sim (vLLM 0.33's scheduler stepped
+on the same costs: queueing, TTFT and TPOT tails), the search still ranked by the steady-state model.
 Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
 A pick keeps its TTFT under a ceiling when any row meeting the SLA does: by default 4x the ISL-token prompt's
 own TTFT alone on the fastest engine, at least 1 s (--ttft-ceiling-ms sets it); a pick above it is a warning.
@@ -103,6 +105,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ttft-ceiling-ms", type=non_negative_float, metavar="T",
                    help="TTFT a pick should stay under when a row meeting its SLA does (default: 4x the prompt's "
                         "own TTFT alone on the fastest engine, at least 1000 ms); a pick above it is a warning")
+    p.add_argument("--latency-model", choices=("steady-state", "simulated"), default="steady-state",
+                   help="what evaluates every reported row and SLA check: the steady-state model (default, seconds) "
+                        "or the scheduler simulation pdtune.sim (queueing and tails; tens of seconds of CPU a row "
+                        "at thousands of requests in flight)")
     p.add_argument("--no-aggregated", action="store_true",
                    help="leave out the aggregated rows (replicas of one vllm serve server on the same budget)")
     p.add_argument("--max-tpot-ms-p90", type=non_negative_float, metavar="P",
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         decode_topologies=args.decode_topologies, calibration=tuple(args.calibration),
         speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens,
         decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
-        aggregated=not args.no_aggregated, ttft_ceiling_ms=args.ttft_ceiling_ms,
+        aggregated=not args.no_aggregated, ttft_ceiling_ms=args.ttft_ceiling_ms, latency_model=args.latency_model,
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
@@ -199,7 +205,7 @@ def render(result: Plan, written: list[str] | None = None) -> str:
         f"(collectives charged at the NIC's bandwidth); {c['frontier_rows_network_charged']} of them on the "
         "frontier",
         "  factors: " + _factors(result),
-        f"  latencies ({result.latency_model}): {LATENCY_NOTE}",
+        f"  latencies ({result.latency_model}): {SIMULATED_NOTE if result.latency_model == SIMULATED else LATENCY_NOTE}",
     ]
     if result.ceiling is not None:
         lines.append(f"  TTFT ceiling {result.ceiling.ms:,.0f} ms ({result.ceiling.source})")

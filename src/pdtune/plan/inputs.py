@@ -223,6 +223,7 @@ class PlanSettings:
     tpot_p90_factor: float | None = None  # None: the measured p99/p50 ratio (:func:`tpot_p90_rule`)
     aggregated: bool = True  # also plan replicas of aggregated servers (pdtune.plan.aggregated)
     ttft_ceiling_ms: float | None = None  # None: the workload's default (:func:`ttft_ceiling`)
+    latency_model: str = "steady-state"  # what evaluates the reported rows: "steady-state" or "simulated"
 
     def __post_init__(self) -> None:
         if isinstance(self.calibration, str):
@@ -253,6 +254,9 @@ class PlanSettings:
                                                  or self.ttft_ceiling_ms <= 0):
             raise InputError("--ttft-ceiling-ms", "ttft_ceiling_ms",
                              f"must be a positive number of ms, got {self.ttft_ceiling_ms!r}")
+        if self.latency_model not in ("steady-state", "simulated"):
+            raise InputError("--latency-model", "latency_model",
+                             f"must be steady-state or simulated, got {self.latency_model!r}")
         if self.tpot_p90_factor is not None and not (math.isfinite(self.tpot_p90_factor)
                                                      and self.tpot_p90_factor >= 1):
             raise InputError("--tpot-p90-factor", "tpot_p90_factor",

@@ -107,6 +107,7 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
         order: list[Any] = []  # evaluated rows meeting the SLA, best first
         under_of: dict[Any, bool] = {}
         dep_of: dict[Any, str] = {}
+        mode_of: dict[Any, str] = {}
         for start in range(0, len(ranked), batch):
             chunk = ranked[start:start + batch]
             evaluate(chunk)
@@ -118,13 +119,22 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
             for i in np.flatnonzero(ok):
                 lab = chunk[i]
                 order.append(lab)
-                under_of[lab], dep_of[lab] = bool(under[i]), deps[i]
+                under_of[lab], dep_of[lab], mode_of[lab] = bool(under[i]), deps[i], str(modes[i])
                 for key in ("pick", modes[i]):
                     anywhere.setdefault(key, lab)
                     if under[i]:
                         within.setdefault(key, lab)
             if "pick" in within and {"agg", "disagg"} <= set(within) | set(anywhere) and len(order) > 1:
                 break
+        if order:  # the evaluated numbers decide among the candidates evaluated (the ranking only ordered them)
+            tps = evaluated(order)["tps_per_gpu"].to_numpy(dtype=float)
+            order = [order[i] for i in np.lexsort((np.arange(len(order)), -tps))]
+            within, anywhere = {}, {}
+            for lab in order:
+                for key in ("pick", mode_of[lab]):
+                    anywhere.setdefault(key, lab)
+                    if under_of[lab]:
+                        within.setdefault(key, lab)
         chosen = within if "pick" in within else anywhere
         if "pick" in chosen:
             choice.pick = chosen["pick"]
@@ -272,6 +282,15 @@ def comparison_sentence(p: Plan, pick: Pick) -> str:
         return (f"{what}: only {MODE_WORDS[only]} serving meets it ({r['deployment']}, row {r['row']}, "
                 f"{r['tps_per_gpu']:,.0f} tokens/s per GPU); no {MODE_WORDS[other]} deployment does.")
     a, d = p.row(pick.best_agg), p.row(pick.best_disagg)
+    ceiling = p.ceiling.ms if p.ceiling is not None else math.inf
+    a_in, d_in = a["ttft_ms_p50"] <= ceiling, d["ttft_ms_p50"] <= ceiling
+    if a_in != d_in:  # compare like with like: the mode within the ceiling wins, the other is said as it is
+        win, lose = (a, d) if a_in else (d, a)
+        ratio = lose["tps_per_gpu"] / win["tps_per_gpu"] if win["tps_per_gpu"] else math.inf
+        return (f"{what}: {MODE_WORDS[str(win['mode'])]} wins within the {ceiling:,.0f} ms TTFT ceiling, "
+                f"{win['deployment']} (row {win['row']}) at {win['tps_per_gpu']:,.0f} tokens/s per GPU; the best "
+                f"{MODE_WORDS[str(lose['mode'])]} deployment, {lose['deployment']} (row {lose['row']}), gives "
+                f"{ratio:.2f}x that but at a TTFT of {ceil_to(lose['ttft_ms_p50']):,.0f} ms, above the ceiling.")
     win, lose = (a, d) if a["tps_per_gpu"] > d["tps_per_gpu"] else (d, a)
     ratio = win["tps_per_gpu"] / lose["tps_per_gpu"] if lose["tps_per_gpu"] else math.inf
     return (f"{what}: {MODE_WORDS[str(win['mode'])]} wins, {win['deployment']} (row {win['row']}) at "

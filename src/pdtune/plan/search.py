@@ -16,7 +16,16 @@ from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel import build_engine
 from pdtune.plan.aggregated import aggregated_pool
-from pdtune.plan.evaluate import LATENCY_MODEL, LATENCY_NOTE, Evaluator, evaluate_rows, steady_state
+from pdtune.plan.evaluate import (
+    LATENCY_MODEL,
+    LATENCY_NOTE,
+    SIMULATED,
+    SIMULATED_NOTE,
+    Evaluator,
+    evaluate_rows,
+    simulated,
+    steady_state,
+)
 from pdtune.plan.inputs import (
     DEFAULT_FLOORS,
     PLAN_FORMAT,
@@ -174,9 +183,14 @@ class Plan:
         dis = self.row(pick.best_disagg) if pick.best_disagg is not None else None
         winner, ratio = None, None
         if agg is not None and dis is not None:
-            winner = "agg" if agg["tps_per_gpu"] > dis["tps_per_gpu"] else "disagg"
-            hi, lo = sorted((agg["tps_per_gpu"], dis["tps_per_gpu"]), reverse=True)
-            ratio = hi / lo if lo > 0 else None
+            ceiling = self.ceiling.ms if self.ceiling is not None else math.inf
+            a_in, d_in = agg["ttft_ms_p50"] <= ceiling, dis["ttft_ms_p50"] <= ceiling
+            if a_in != d_in:  # as the sentence says it: the mode within the ceiling wins
+                winner = "agg" if a_in else "disagg"
+            else:
+                winner = "agg" if agg["tps_per_gpu"] > dis["tps_per_gpu"] else "disagg"
+            w, o = (agg, dis) if winner == "agg" else (dis, agg)
+            ratio = w["tps_per_gpu"] / o["tps_per_gpu"] if o["tps_per_gpu"] > 0 else None
         elif agg is not None or dis is not None:
             winner = "agg" if agg is not None else "disagg"
         return {"sla": pick.sla.describe(), "agg_row": pick.best_agg, "disagg_row": pick.best_disagg,
@@ -192,7 +206,7 @@ class Plan:
             "generator": "pdtune plan",
             "modeled": self.modeled,
             "latency_model": self.latency_model,
-            "latency_note": LATENCY_NOTE if self.latency_model == LATENCY_MODEL else "",
+            "latency_note": {LATENCY_MODEL: LATENCY_NOTE, SIMULATED: SIMULATED_NOTE}.get(self.latency_model, ""),
             "ttft_ceiling": self.ceiling.to_dict() if self.ceiling is not None else None,
             "warnings": self.warnings(),
             "comparisons": [self.comparison(p) for p in self.picks],
@@ -288,8 +302,10 @@ def plan(
     rows = evaluate_rows(rows, p90)  # the search's own ranking: steady state
     ceiling = ttft_ceiling(s, unloaded)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
-    table, picks = report_table(rows, floors, evaluator or steady_state(p90), ceiling,
-                           require_sla=require_sla and bool(slas))
+    if evaluator is None:
+        evaluator = (simulated(spec, {"prefill": prefill_gpu, "decode": decode_gpu}, s, factors, p90)
+                     if s.latency_model == "simulated" else steady_state(p90))
+    table, picks = report_table(rows, floors, evaluator, ceiling, require_sla=require_sla and bool(slas))
     counts.update({
         "prefill_candidates": len(pools["prefill"].candidates),
         "decode_candidates": len(pools["decode"].candidates),
@@ -309,7 +325,7 @@ def plan(
                 tuple(pools["prefill"].candidates + pools["decode"].candidates),
                 tuple(pools["prefill"].rejected + pools["decode"].rejected + agg_rejected),
                 tuple(pools["prefill"].pruned + pools["decode"].pruned), rows, table, tuple(picks), counts,
-                transfers, factors, p90, ceiling, (evaluator or steady_state(p90)).name, _model_id(spec))
+                transfers, factors, p90, ceiling, evaluator.name, _model_id(spec))
 
 
 #: Counts one serving mode has and the other has not: nullable integers in the rows.
