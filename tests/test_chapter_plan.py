@@ -11,7 +11,7 @@ import math
 import pytest
 
 from pdtune.chapters import plan as ch9
-from pdtune.chapters import state as ch1
+from pdtune.chapters import state as ch1, state_text as ch1_text
 from pdtune.model import load_model
 from pdtune.state import plan_state
 from pdtune.units import MiB
@@ -41,7 +41,7 @@ def test_chapter_one_sets_jamba_beside_the_article_under_the_same_arithmetic() -
     assert other.blocks_per_request == 4 * math.ceil(9216 / 160) + 28 == 260
     same = plan_state(load_model("jamba-1.5-mini"), max_model_len=9216, kv_cache_dtype="fp8", vllm="0.33")
     assert other.bytes_per_request == same.bytes_per_request
-    text = ch1.kind_sentence(other)
+    text = ch1_text.kind_sentence(other)
     assert "Mamba1" in text and "260 pages" in text and f"{same.bytes_per_request / MiB:,.2f} MiB" in text
     # the chapter's table: the article's column first, Jamba's beside it
     assert list(ch1.state_summary(ch1.with_article(other)).columns)[0].startswith("the article's")

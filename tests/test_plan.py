@@ -391,3 +391,20 @@ def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
     pick = p.row(p.picks[0].row)
     assert pick["tps_per_user"] >= 30 and pick["tps_per_user"] == pytest.approx(1000 / pick["tpot_ms_p50"])
     assert p.to_dict()["latency_note"].startswith("pdtune.sim")
+
+
+KIMI_LIKE = Path(__file__).resolve().parent / "fixtures" / "models" / "kimi-k2-like"
+
+
+@pytest.mark.slow
+def test_weights_say_what_the_config_does_not(capsys: pytest.CaptureFixture[str]) -> None:
+    """A Kimi-K2-like config says bfloat16: no deployment fits 16 B200s. With its FP8 weights (--weights fp8) the
+    plan fits one TEP8 per pool, and its model line says so."""
+    argv = ["plan", str(KIMI_LIKE), "--gpu", "b200", "--max-gpus", "16", "--isl", "8192", "--osl", "1024",
+            "--min-tps-per-user", "20"]
+    assert main(argv) == 2
+    assert "fewer than the smallest deployment" in capsys.readouterr().err
+    assert main([*argv, "--weights", "fp8", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["model"]["precision"] == "fp8+fp8-experts"
+    assert plan["picks"][0]["met"] and plan["rows"][plan["picks"][0]["row"]]["gpus_total"] <= 16

@@ -324,6 +324,17 @@ def cudagraph_plan(
     return GraphPlan(tuple(sizes), full, piecewise, sizes[-1], q)
 
 
+def max_utilization(total: float, cuda_context: float, graph_overrun: float) -> float:
+    """The highest ``gpu_memory_utilization`` a run tolerates (any one unit for all three).
+
+    vLLM starts only when ``total x utilization`` is free once the CUDA context exists, and graph memory beyond
+    the estimate spills into what the reserve leaves: ``(total - context - overrun) / total``.
+    """
+    if total <= 0:
+        raise InputError("--total-gib", "total_gib", f"must be positive, got {total}")
+    return (total - cuda_context - graph_overrun) / total
+
+
 def cudagraph_estimate(first_capture: int, per_graph: int, count: int) -> int:
     """vLLM's reservation for ``count`` graphs: the largest graph's memory plus ``count - 1`` increments.
 

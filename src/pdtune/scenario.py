@@ -126,6 +126,9 @@ class Scenario:
     except the vLLM line, which is pdtune's :data:`pdtune.versions.DEFAULT_VLLM`; :data:`ORIGINS` says which."""
 
     model: str = "qwen3.8-2.4t"
+    # The checkpoint's weight format when its config says another (Kimi-K2's config says bf16, its weights are
+    # FP8): a pdtune.precision format ("fp8", "nvfp4", "dense=bf16,experts=nvfp4"); "": what the config says.
+    weights: str = ""
     gpu: str = "gb300"
     gpu_memory_gib: float = 276.62  # what torch reports for one GPU (not the box's marketing capacity)
     gpu_memory_utilization: float = 0.92
@@ -232,12 +235,7 @@ class Scenario:
         expert parallelism on a model without experts, and a TP size that splits a GDN or Mamba head group;
         :func:`layout_problem` applies the same rules, so a bad layout fails here, before any chapter runs.
         """
-        from pdtune.model import load_model
-
-        try:
-            spec = load_model(self.model)
-        except InputError as exc:
-            raise InputError(source, "model", f"{self.model}: {exc.field}: {exc.message}") from None
+        spec = self.model_spec(source)
         if self.num_speculative_tokens and spec.num_mtp_layers == 0 and not self.speculative_model.strip():
             raise InputError(source, "num_speculative_tokens",
                              f"{spec.name} has no MTP layer to draft with; set num_speculative_tokens: 0")
@@ -250,6 +248,20 @@ class Scenario:
                                          kv_cache_dtype=self.kv_cache_dtype, vllm=self.vllm, source=source)
                 if problem:
                     raise InputError(source, name, f"{text.strip()}: {problem}")
+
+    def model_spec(self, source: str = "parameters") -> Any:
+        """The model with the weights it is served with (``weights``, else its config's); errors name the key."""
+        from pdtune.model import load_model
+
+        try:
+            spec = load_model(self.model)
+        except InputError as exc:
+            raise InputError(source, "model", f"{self.model}: {exc.field}: {exc.message}") from None
+        if self.weights.strip():
+            from pdtune.precision import parse_weights_dtype
+
+            spec = parse_weights_dtype(self.weights, spec, source=str(source), field="weights")
+        return spec
 
     def is_article_data(self, kind: str, *, base: Path | None = None) -> bool:
         """True when the ``kind`` results are the article's own (modeled) sweeps, the data the book discusses.

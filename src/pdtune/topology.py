@@ -46,7 +46,10 @@ LAYOUT_NOTATION = (
     "A disaggregated deployment is written 4xA : 1xB, four prefill engines of layout A feeding one decode engine "
     "of layout B (xPyD, here 4P1D), ending in +MTP when decode drafts tokens with the model's MTP module. "
     "An aggregated deployment is written 4xA, four replicas of one vllm serve server of layout A, each "
-    "prefilling and decoding its own requests."
+    "prefilling and decoding its own requests. "
+    "More examples: TP2DP4+EP is 8 GPUs, four data-parallel ranks of TP2 attention; TP1PP6+EP is 6 GPUs in six "
+    "pipeline stages of one GPU (stages share no experts, so +EP changes nothing there); TEP8 is TP8+EP on 8 GPUs; "
+    "4xTP2DP4+EP : 1xTP4DP4+EP is four 8-GPU prefill engines feeding one 16-GPU decode engine, 48 GPUs in all."
 )
 
 

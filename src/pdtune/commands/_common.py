@@ -12,6 +12,7 @@ from typing import Any
 
 from pdtune import limits, versions
 from pdtune.errors import InputError, brief
+from pdtune.precision import WEIGHTS_HELP
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
 from pdtune.units import GiB, MiB, to_bytes
 
@@ -144,6 +145,7 @@ def gpu_counts(text: str) -> GpuCounts:
 SHARED_FLAGS: dict[str, dict[str, Any]] = {
     "model": {"metavar": "MODEL", "help": "bundled model name, folder with config.json, or the file"},
     "--model": {"help": "config.json, its folder, or a bundled model name"},
+    "--weights": {"metavar": "FMT", "help": WEIGHTS_HELP},
     "--vllm": {"metavar": "VERSION", "help": "vLLM line whose arithmetic to follow"},
     "--vllm-env": {"action": "append", "default": None, "metavar": "NAME=VALUE",
                    "help": "a vLLM environment variable the run sets (repeatable): "

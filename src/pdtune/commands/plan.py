@@ -93,6 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shared_flag(p, "model")
+    shared_flag(p, "--weights")
     p.add_argument("--gpu", required=True,
                    help="GPU of the prefill pool, and of decode (data/gpus/gpus.csv lists them)")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
         vllm_env=env_from_args(args, args.vllm).given,
         aggregated=not args.no_aggregated, ttft_ceiling_ms=args.ttft_ceiling_ms, latency_model=args.latency_model,
+        weights=args.weights or "",
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,

@@ -56,7 +56,7 @@ and decoding, closed loop) 1024/1024 with vLLM's own serving defaults (max-num-b
 Factors: --calibration CAL (from `pdtune calibrate`) or the GPU's defaults (data/perfmodel/defaults.csv).
 Examples:
   pdtune predict gpt-oss-120b --gpu h200 --topology TP2 --mode agg --concurrency 4,16,64
-  pdtune predict llama-3.1-70b --gpu h100 --topology TP4 --mode agg --weights-dtype fp8
+  pdtune predict llama-3.1-70b --gpu h100 --topology TP4 --mode agg --weights fp8
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TP4DP4+EP --mode decode --concurrency 1,8,64,512
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TEP8 --mode decode --mtp 3 --acceptance 0.25 --json
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology 4xTP2DP4+EP:1xTP4DP4+EP --concurrency 256,2560
@@ -122,9 +122,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-num-seqs", type=whole_flag(MAX_NUM_SEQS, "sequences per engine"),
         help="running requests per DP rank (default: KV room only)"
     )
-    p.add_argument("--weights-dtype", metavar="FMT",
-                   help="serve the weights as FMT (bf16, fp8, fp8-block, nvfp4, mxfp4, int4-w4a16), or "
-                        "dense=FMT,experts=FMT (default: the checkpoint's quantization_config)")
+    shared_flag(p, "--weights", dest="weights")
+    p.add_argument("--weights-dtype", dest="weights", metavar="FMT", help="the same as --weights (its older name)")
     p.add_argument("--calibration", metavar="CAL", help="factors from `pdtune calibrate` (default: the GPU's)")
     draft_and_dcp_flags(p, engines="the engine (both engines of a disaggregated deployment)")
     shared_flag(p, "--json")
@@ -162,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
     isl = args.isl if args.isl is not None else isl
     osl = args.osl if args.osl is not None else osl
     spec = load_model(args.model)
-    if args.weights_dtype:
-        spec = parse_weights_dtype(args.weights_dtype, spec)
+    if args.weights:
+        spec = parse_weights_dtype(args.weights, spec)
     gpu = load_gpu(args.gpu, memory_gib=args.gpu_memory_gib)
     if args.calibration:
         cal = load_calibration(args.calibration, model=args.model, gpu=gpu.name)

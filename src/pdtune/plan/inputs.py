@@ -227,6 +227,7 @@ class PlanSettings:
     aggregated: bool = True  # also plan replicas of aggregated servers (pdtune.plan.aggregated)
     ttft_ceiling_ms: float | None = None  # None: the workload's default (:func:`ttft_ceiling`)
     latency_model: str = "steady-state"  # what evaluates the reported rows: "steady-state" or "simulated"
+    weights: str = ""  # the checkpoint's weight format when its config says another (pdtune.precision); "": the config's
 
     def __post_init__(self) -> None:
         if isinstance(self.calibration, str):

@@ -14,6 +14,7 @@ from pdtune.errors import InputError
 from pdtune.frontier import rate_match
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import ModelSpec, load_model
+from pdtune.precision import parse_weights_dtype
 from pdtune.perfmodel import build_engine
 from pdtune.plan.aggregated import aggregated_pool
 from pdtune.plan.evaluate import (
@@ -262,6 +263,8 @@ def plan(
     """
     s = settings
     spec = load_model(s.model)
+    if s.weights:
+        spec = parse_weights_dtype(s.weights, spec)
     prefill_gpu = load_gpu(s.gpu)
     decode_gpu = load_gpu(s.decode_gpu_name)
     for g in {prefill_gpu.name, decode_gpu.name}:

@@ -160,10 +160,7 @@ def _model_reference(scenario: Scenario, base: Path, source: Path, key: str = "m
 
 def check_inputs(scenario: Scenario, source: Path) -> None:
     """Everything a chapter would trip over, checked once, before any chapter runs."""
-    try:
-        spec = load_model(scenario.model)
-    except InputError as exc:
-        raise InputError(source, "model", f"{scenario.model}: {exc.field}: {exc.message}") from None
+    spec = scenario.model_spec(str(source))
     _gpu(source, scenario.gpu)
     versions.check(scenario.vllm, str(source), "vllm")
     for name in ("prefill_topologies", "decode_topologies"):

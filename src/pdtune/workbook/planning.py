@@ -40,7 +40,8 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
                   mtp_acceptance: float = 0.25, speculative_model: str = "", decode_context_parallel_size: int = 1,
                   calibration: str = "", plan: PlanParameters | Mapping[str, Any] | None = None,
                   prefill_gpu: str | None = None, decode_gpu: str | None = None,
-                  max_gpus: int | None = None, vllm_env: tuple[tuple[str, str], ...] = ()) -> PlanSettings:
+                  max_gpus: int | None = None, vllm_env: tuple[tuple[str, str], ...] = (),
+                  weights: str = "") -> PlanSettings:
     """The :class:`PlanSettings` of a scenario's values (a chapter's parameters, or a :class:`Scenario`'s).
 
     ``prefill_gpu`` / ``decode_gpu`` / ``max_gpus`` override the pools and the budget (the chapter's mixed
@@ -61,6 +62,7 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
         calibration=(calibration,) if calibration.strip() else (), speculative_model=draft,
         num_speculative_tokens=num_speculative_tokens if draft else 0,
         decode_context_parallel_size=decode_context_parallel_size, vllm_env=tuple(vllm_env),
+        weights=weights,
     )
 
 
@@ -79,7 +81,7 @@ def scenario_settings(scenario: Scenario) -> PlanSettings:
         num_speculative_tokens=scenario.num_speculative_tokens, mtp_acceptance=scenario.mtp_acceptance,
         speculative_model=scenario.speculative_model,
         decode_context_parallel_size=scenario.decode_context_parallel_size, calibration=scenario.calibration,
-        plan=scenario.plan, vllm_env=scenario.environment())
+        plan=scenario.plan, vllm_env=scenario.environment(), weights=scenario.weights)
 
 
 @dataclass(frozen=True, eq=False)
