@@ -96,7 +96,7 @@ def sweep_compare_chart(cases: pd.DataFrame, metric: str, *, case: str, title: s
     heading = _title(text, "solid lines with points", "dashed lines")
     heading.subtitle = [*heading.subtitle, "Pick another measured sweep in the menu under the chart; click the "
                         "legend to isolate a topology."]
-    return alt.layer(lines, dots, title=heading).add_params(menu).properties(width=400, height=300)
+    return alt.layer(lines, dots, title=heading).add_params(menu).properties(width=400, height=240)
 
 
 def frontier_compare_chart(points: pd.DataFrame, frontier: pd.DataFrame, predicted: pd.DataFrame, *,
