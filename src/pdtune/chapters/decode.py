@@ -278,3 +278,8 @@ def high_end_sentence(table: pd.DataFrame) -> str:
     text += (", and its KV cache holds every request." if win["holds_all"]
              else ", although some of its requests wait for KV room.")
     return text
+
+
+def end_winners(best: pd.DataFrame) -> list[str]:
+    """The deployments that win the lowest and the highest concurrency (none without a sweep)."""
+    return list(dict.fromkeys(best["best"].iloc[[0, -1]])) if len(best) else []

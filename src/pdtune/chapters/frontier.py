@@ -243,19 +243,14 @@ def prediction_sentence(pred: Prediction, *, modeled: bool = False) -> str:
 
 
 def prediction_ends_sentence(pred: Prediction) -> str:
-    """The predicted envelope's two ends, with and without the KV-room check."""
+    """The predicted envelope's two ends (after the KV-room check)."""
     if not pred.available or len(pred.envelope) == 0:
         return pred.note or "Nothing was predicted."
     top = pred.envelope.loc[pred.envelope["tps_per_gpu"].idxmax()]
     fast = pred.envelope.loc[pred.envelope["tps_per_user"].idxmax()]
-    loose = pred.unchecked_envelope["tps_per_gpu"].max()
-    text = (f"The predicted envelope reaches {top['tps_per_gpu']:,.0f} total tokens/s per GPU "
+    return (f"The predicted envelope reaches {top['tps_per_gpu']:,.0f} total tokens/s per GPU "
             f"({top['deployment']}) and {fast['tps_per_user']:,.1f} tokens/s per user "
             f"({fast['deployment']}).")
-    if pred.infeasible:
-        text += (f" The KV-room check removed {pred.infeasible:,} of {len(pred.rows):,} predicted points; "
-                 f"without it the throughput end would be {loose:,.0f}.")
-    return text
 
 
 @dataclass(frozen=True, eq=False)
@@ -359,7 +354,7 @@ def ends_sentence(ends: FrontierEnds, *, article_data: bool) -> str:
     """The frontier's two ends in words, against the article's headline only for the article's data."""
     if ends.tps_per_gpu is None:
         return "Without a disaggregated sweep there is no frontier to read."
-    text = (f"Its throughput end here is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
+    text = (f"The throughput end is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
             f"({ends.throughput_deployment}), its latency end {ends.tps_per_user:,.1f} tokens/s per user "
             f"({ends.latency_deployment})")
     if article_data:
@@ -511,3 +506,52 @@ def silicon_defaults_sentence(sf: SiliconFrontier) -> str:
                  "fitted on aiconfigurator's vLLM aggregated rows of that GPU, not on these disaggregated rows")
         parts.append(f"{str(r.gpu).upper()}: {where}")
     return "Default factors, uncalibrated: " + "; ".join(parts) + "."
+
+
+# --- the dense example the chapter opens on ---------------------------------------------------------------
+
+
+def dense_isolated(cases: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Chapters 5 and 6's dense example as the two isolated sweeps rate matching takes: Llama-3.1-70B (FP8) on
+    H200 at ISL/OSL 8192/1024, aiconfigurator's measured runs of each TP width. The prefill side is each
+    width's lowest-concurrency TTFT with one prompt at a time (chapter 5's B = 1), the decode side its TPOT
+    at every concurrency. Both are an aggregated server's latencies standing in for isolated sweeps."""
+    from pdtune.chapters.prefill import DENSE_GPU, DENSE_MODEL, DENSE_WORKLOAD
+    from pdtune.chapters.trust import sweep_cases
+
+    cases = sweep_cases() if cases is None else cases
+    isl, osl = DENSE_WORKLOAD
+    mine = cases[(cases["model"] == DENSE_MODEL) & (cases["gpu"] == DENSE_GPU)
+                 & cases["case"].str.endswith(f"ISL/OSL {isl}/{osl}")]
+    source = "aiconfigurator's silicon runs of vLLM (measured, aggregated)"
+
+    def frame(rows: pd.DataFrame, mode: str) -> pd.DataFrame:
+        return pd.DataFrame({
+            "source": source, "path": rows["source_id"].to_numpy(), "model": DENSE_MODEL, "mode": mode,
+            "topology": rows["topology"].to_numpy(), "gpus_total": rows["gpus_total"].to_numpy(),
+            "mtp_tokens": 0, "isl": isl, "osl": osl,
+            "concurrency": 1 if mode == "prefill" else rows["concurrency"].to_numpy(),
+            "ttft_ms_p50": rows["measured_ttft_ms_p50"].to_numpy(),
+            "tpot_ms_p50": rows["measured_tpot_ms_p50"].to_numpy(),
+        })
+
+    low = mine[mine["concurrency"] == mine["concurrency"].min()]
+    return frame(low, "prefill"), frame(mine, "decode")
+
+
+def ttft_gap(check: pd.DataFrame, measured: str = "measured_ttft_ms", predicted: str = "predicted_ttft_ms",
+             limited: str | None = "kv_limited") -> dict[str, float]:
+    """Where the steady-state model's time to first token stands against the measured one: the range of each
+    over the points whose decode side has KV room, and the point that has none (NaN when every point has
+    room). The model charges one prompt's prefill and its KV transfer and no queueing, so the measured TTFT
+    of a loaded deployment is far above it."""
+    room = check if limited is None else check[~check[limited].astype(bool)]
+    full = check.iloc[0:0] if limited is None else check[check[limited].astype(bool)]
+    out = {"predicted-min": float(room[predicted].min()), "predicted-max": float(room[predicted].max()),
+           "measured-min": float(room[measured].min()), "measured-max": float(room[measured].max()),
+           "ratio-min": float((room[measured] / room[predicted]).min()),
+           "ratio-max": float((room[measured] / room[predicted]).max()), "points": len(room)}
+    if len(full):
+        top = full.iloc[0]
+        out |= {"full-predicted": float(top[predicted]), "full-measured": float(top[measured])}
+    return out

@@ -249,8 +249,8 @@ def data_note(sweep: Sweep, *, article_data: bool, figure: str = "figure 1") -> 
         return (f"{sweep.note} The tables and charts of the sweep stay empty; what needs no sweep is computed "
                 "for your layouts.")
     if article_data:
-        return (f"{sweep.describe()} The article's {figure} has no numbers: this is pdtune's model of it, tuned on "
-                "the article's headline numbers and findings, so it matches the article by construction.")
+        return (f"{sweep.describe()} The article shows its {figure} without numbers: this is pdtune's model of "
+                "the sweep, tuned on the article's headline numbers and findings, so it matches them by construction.")
     return sweep.describe()
 
 
