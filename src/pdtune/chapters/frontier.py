@@ -1,10 +1,13 @@
-"""Chapter 7, the disaggregated frontier: the frames and sentences the chapter prints.
+"""Chapter 7, the disaggregated frontier (three pages): the frames it shows and the few sentences whose
+wording depends on the scenario.
 
-The accuracy gate's outcome in a sentence and per deployment, the envelope's two ends beside the
-article's headline numbers, the SLA pick and its reverse in words, rate matching of the isolated sweeps
-beside the disaggregated sweep (:func:`predict`), and InferenceX's measured GB200 points with the
-performance model's error. The rules are in :mod:`pdtune.frontier` (envelope, rate matching with the
-KV-room check, SLA pick, gate) and :mod:`pdtune.capacity` (KV room).
+The dense example's isolated sweeps (:func:`dense_isolated`), the accuracy gate's outcome
+(:func:`gate_summary`), the envelope's ends beside the article's headline numbers, the SLA pick in words,
+rate matching of the isolated sweeps beside the disaggregated sweep (:func:`predict`), InferenceX's measured
+GB200 points and aiconfigurator's vLLM disaggregated runs with the performance model's error, and where its
+time to first token stands against the measured one (:func:`ttft_gap`). The rules are in
+:mod:`pdtune.frontier` (envelope, rate matching with the KV-room check, SLA pick, gate) and
+:mod:`pdtune.capacity` (KV room).
 """
 
 from __future__ import annotations
@@ -56,23 +59,6 @@ def gate_summary(sweep: Sweep, threshold: float) -> Gate:
                  f"{', '.join(unmeasured)}.")
     kept = label(result.kept) if len(result.kept) else result.kept
     return Gate(kept, excluded, unmeasured, measured, threshold, text)
-
-
-def accuracy_table(sweep: Sweep, threshold: float) -> pd.DataFrame:
-    """Per deployment: its lowest recorded accuracy (NaN when none), its points, and the gate's verdict."""
-    columns = ["deployment", "gpus", "points", "accuracy", "verdict"]
-    if not sweep.available:
-        return empty_frame(columns)
-    f = sweep.frame
-    acc = pd.to_numeric(f["accuracy"], errors="coerce")
-    rows = []
-    for dep in sweep.deployments:
-        mine = acc[f["deployment"] == dep]
-        low = float(mine.min()) if mine.notna().any() else math.nan
-        verdict = "kept, not measured" if math.isnan(low) else "kept" if low >= threshold else "excluded"
-        rows.append({"deployment": dep, "gpus": int(f.loc[f["deployment"] == dep, "gpus_total"].iloc[0]),
-                     "points": int(len(mine)), "accuracy": low, "verdict": verdict})
-    return pd.DataFrame(rows, columns=columns)
 
 
 def envelope(df: pd.DataFrame) -> pd.DataFrame:
@@ -143,17 +129,6 @@ def pick_sentence(pick: Any, unit: str = "tokens/s per user") -> str:
         return f"No point reaches {floor} {unit}; the best in the data is {best}."
     return (f"{pick.deployment} at concurrency {pick.concurrency:,.0f}: {pick.tps_per_gpu:,.0f} total "
             f"tokens/s per GPU at {pick.tps_per_user:,.1f} tokens/s per user.")
-
-
-def reverse_sentence(table: pd.DataFrame, fraction: float = 0.5) -> str:
-    """One row of :func:`pdtune.frontier.reverse_sla` in words."""
-    row = table[table["fraction_of_best"] == fraction]
-    if len(row) == 0 or pd.isna(row["deployment"].iloc[0]):
-        return "There is no disaggregated sweep to pick from."
-    r = row.iloc[0]
-    return (f"keeping at least {fraction:.0%} of the best throughput ({r['min_tps_per_gpu']:,.0f} tokens/s "
-            f"per GPU), the fastest service is {r['deployment']} at concurrency {r['concurrency']:,.0f}: "
-            f"{r['tps_per_user']:,.1f} tokens/s per user at {r['tps_per_gpu']:,.0f} tokens/s per GPU.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,26 +239,6 @@ class RealData:
     source: str = field(default="")
 
     @property
-    def frontier_sentence(self) -> str:
-        """How many measured points lie on the frontier, and whether the fast frontier equals brute force."""
-        check = "equals" if self.brute_force_ok else "differs from"
-        return (f"{len(self.envelope)} of the {len(self.sweep.frame)} measured points are on the frontier; "
-                f"the frontier pdtune computes {check} the set of points no other point dominates, checked "
-                "pair by pair.")
-
-    @property
-    def trend_sentence(self) -> str:
-        """The error on tokens/s per GPU in the lower and the upper half of the measured concurrencies."""
-        c = self.check.sort_values("concurrency")
-        if len(c) < 2:
-            return ""
-        half = len(c) // 2
-        low, high = c.iloc[:half], c.iloc[half:]
-        lo_err, hi_err = (float(p["tps_per_gpu_error"].abs().median()) for p in (low, high))
-        return (f"Up to concurrency {int(low['concurrency'].max()):,} the median error on tokens/s per GPU "
-                f"is {lo_err:.0%}; from {int(high['concurrency'].min()):,} on it is {hi_err:.0%}.")
-
-    @property
     def median_abs_error(self) -> dict[str, float]:
         return {k: float(self.check[f"{k}_error"].abs().median()) for k in ("tps_per_gpu", "tps_per_user")}
 
@@ -294,13 +249,6 @@ class RealData:
         return {"concurrency": int(top["concurrency"]), "measured": float(top["measured_tps_per_gpu"]),
                 "predicted": float(top["predicted_tps_per_gpu"]), "error": float(top["tps_per_gpu_error"]),
                 "user_error": float(top["tps_per_user_error"])}
-
-    @property
-    def throughput_end_sentence(self) -> str:
-        end = self.throughput_end
-        return (f"At the throughput end (concurrency {end['concurrency']:,}, {end['measured']:,.0f} measured total "
-                f"tokens/s per GPU) the model predicts {end['predicted']:,.0f}: an error of {end['error']:+.0%} on "
-                f"tokens/s per GPU and {end['user_error']:+.0%} on tokens/s per user.")
 
 
 INFERENCEX_SOURCE = "InferenceX (SemiAnalysis, Apache-2.0): DeepSeek-R1-0528, GB200 NVL72, Dynamo + TRT-LLM"
@@ -335,26 +283,13 @@ def accuracy_note(sweep: Sweep, *, article_data: bool) -> str:
     return "The accuracy is whatever the result files record; a deployment that records none is kept and listed."
 
 
-def envelope_sentence(env: pd.DataFrame) -> str:
-    if len(env) == 0:
-        return "Without a disaggregated sweep there is no envelope to draw."
-    return (f"The envelope has {len(env)} points from {env['deployment'].nunique()} configurations; "
-            "`upper_envelope` returns each with its provenance, and `envelope_at` reads the staircase at any speed.")
-
-
-def ends_table(ends: FrontierEnds, *, article_data: bool) -> pd.DataFrame:
-    """The envelope's two ends; beside the article's headline numbers only when the data is the article's."""
-    frame = ends.frame()
-    if ends.tps_per_gpu is None:
-        return frame.iloc[0:0]
-    return frame if article_data else frame.drop(columns="article")
-
-
-def ends_sentence(ends: FrontierEnds, *, article_data: bool) -> str:
-    """The frontier's two ends in words, against the article's headline only for the article's data."""
+def ends_sentence(ends: FrontierEnds, *, article_data: bool, points: int = 0) -> str:
+    """The frontier's size and two ends in words, against the article's headline only for the article's
+    data."""
     if ends.tps_per_gpu is None:
         return "Without a disaggregated sweep there is no frontier to read."
-    text = (f"The throughput end is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
+    text = (f"The envelope has {points} points (hover over the staircase for each one's deployment and "
+            f"concurrency); its throughput end is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
             f"({ends.throughput_deployment}), its latency end {ends.tps_per_user:,.1f} tokens/s per user "
             f"({ends.latency_deployment})")
     if article_data:
@@ -380,13 +315,6 @@ def sla_text(pick: Any, floor: float) -> str:
     """The SLA pick as the sentence after "At <floor> tokens/s per user"."""
     shown = f"{floor:,.0f}" if floor >= 10 else f"{floor:g}"
     return f"At {shown} tokens/s per user: {pick_sentence(pick)}"
-
-
-def reverse_text(table: pd.DataFrame, fraction: float = 0.5) -> str:
-    """One row of the reverse SLA, as a sentence that starts "For example"."""
-    if len(table) == 0 or table["deployment"].isna().all():
-        return "Without a disaggregated sweep there is no budget to trade for speed."
-    return "For example, " + reverse_sentence(table, fraction)
 
 
 # --- a measured frontier of real vLLM disaggregated runs --------------------------------------------------

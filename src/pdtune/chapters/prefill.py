@@ -260,8 +260,8 @@ def findings_text(found: pd.DataFrame, *, article_data: bool, kind: str = "prefi
         return f"This is not the article's {kind} sweep, so its findings are not compared with it."
     phrase = {"agrees": "agrees", "partly": "agrees in part", "disagrees": "disagrees", "not swept": "cannot say",
               "no data": "cannot say"}
-    return " ".join(f"{r['article_claim']}: the model {phrase[r['verdict']]} ({r['wins']} concurrencies)."
-                    for r in found.to_dict("records"))
+    return " ".join(f"{r['article_claim']}: the model has {r['computed_best']}, so it {phrase[r['verdict']]} "
+                    f"({r['wins']} concurrencies)." for r in found.to_dict("records"))
 
 
 def ceiling_share(ceiling: Any) -> str:
