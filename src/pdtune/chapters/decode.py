@@ -218,7 +218,7 @@ def data_note(sweep: Sweep, *, article_data: bool) -> str:
 
     text = sweep_note(sweep, article_data=article_data, figure="figure 2")
     if article_data:
-        text += " TP4DP4+EP, named in its findings but not in its list, is swept too."
+        text += " It also sweeps TP4DP4+EP, which the article's findings name."
     return text
 
 

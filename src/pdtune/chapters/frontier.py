@@ -478,7 +478,9 @@ def ttft_gap(check: pd.DataFrame, measured: str = "measured_ttft_ms", predicted:
     out = {"predicted-min": float(room[predicted].min()), "predicted-max": float(room[predicted].max()),
            "measured-min": float(room[measured].min()), "measured-max": float(room[measured].max()),
            "ratio-min": float((room[measured] / room[predicted]).min()),
-           "ratio-max": float((room[measured] / room[predicted]).max()), "points": len(room)}
+           "ratio-max": float((room[measured] / room[predicted]).max()),
+           "ratio-median": float((room[measured] / room[predicted]).median()),
+           "above-twice": int((room[measured] > 2 * room[predicted]).sum()), "points": len(room)}
     if len(full):
         top = full.iloc[0]
         out |= {"full-predicted": float(top[predicted]), "full-measured": float(top[measured])}

@@ -227,14 +227,18 @@ def dense_ceiling(isl: int = DENSE_WORKLOAD[0]) -> Any:
     return prefill_ceiling(parse_weights_dtype("fp8", load_model(DENSE_MODEL)), load_gpu(DENSE_GPU), isl)
 
 
-def measured_case(cases: pd.DataFrame, model: str, gpu: str) -> tuple[str, bool]:
+def measured_case(cases: pd.DataFrame, model: str, gpu: str, isl: int | None = None,
+                  osl: int | None = None) -> tuple[str, bool]:
     """The measured sweep a chapter's chart opens on: this model on this GPU (or on any GPU) when
-    aiconfigurator measured it (True), else the dense example's own sweep (False)."""
+    aiconfigurator measured it (True), at the scenario's ISL (and OSL) when it was measured there, else the
+    dense example's own sweep (False)."""
     from pdtune.chapters.trust import default_case
 
     case, own = default_case(cases, model, gpu)
     if own:
-        return case, True
+        lead = case.rsplit(", ISL/OSL ", 1)[0] + f", ISL/OSL {isl}/" + (str(osl) if osl else "")
+        same = cases.loc[cases["case"].str.startswith(lead), "case"].value_counts()
+        return (str(same.index[0]) if isl and len(same) else case), True
     isl, osl = DENSE_WORKLOAD
     return f"{DENSE_MODEL} on {DENSE_GPU.upper()}, ISL/OSL {isl}/{osl}", False
 
@@ -278,6 +282,36 @@ def measured_note(model: str, case: str, own: bool, what: str) -> str:
         return (f"Real vLLM measurements of this model exist: the chart opens on {case}, measured {what} "
                 "beside the model's prediction.")
     return f"There are no real vLLM measurements of {model}: the chart opens on {case}."
+
+
+def worst_miss(cases: pd.DataFrame, case: str, metric: str) -> str:
+    """Where the performance model misses one measured sweep most (``metric`` is ``ttft_ms_p50`` or
+    ``tpot_ms_p50``), and which way: a measured latency far above the model's is a queue the model has none of."""
+    sel = cases[cases["case"] == case].dropna(subset=[f"measured_{metric}", f"modeled_{metric}"])
+    if not len(sel):
+        return ""
+    ratio = sel[f"modeled_{metric}"] / sel[f"measured_{metric}"]
+    row = sel.loc[(ratio - 1).abs().idxmax()]
+    measured, modeled = float(row[f"measured_{metric}"]), float(row[f"modeled_{metric}"])
+    text = (f"Its worst miss is {row['topology']} at {int(row['concurrency']):,} requests: {measured:,.0f} ms "
+            f"measured against {modeled:,.0f} ms modeled")
+    if measured > 2 * modeled:
+        return text + ": requests waiting in a queue, which the steady-state model does not have."
+    return text + "."
+
+
+def busy_sentence(share: pd.DataFrame) -> str:
+    """What the busy share of the listed layouts says at one request: which leaves most GPUs idle, or that
+    none has data-parallel ranks or pipeline stages to leave idle."""
+    if len(share) == 0:
+        return "No listed layout can run this model."
+    if (share["busy_at_1"] == 1).all():
+        return ("With one request every listed layout keeps all its GPUs busy: none has data-parallel ranks or "
+                "pipeline stages to leave idle.")
+    least = share.sort_values("busy_at_1", kind="stable").iloc[0]
+    full = ", ".join(share.loc[share["busy_at_1"] == 1, "deployment"]) or "none"
+    return (f"With one request {least['deployment']} keeps only {least['busy_at_1']:.0%} of its GPUs busy; the "
+            f"layouts that keep all of them busy: {full}.")
 
 
 def empty_note(sweep: Sweep) -> str:
