@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation \
+	scheduler-traces vllm-switches golden-plans
 
 venv: $(STAMP)
 
@@ -65,6 +66,17 @@ lab: venv assets
 bench: venv
 	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status
 
+# vLLM's own scheduler on this CPU, step by step, for pdtune.sim to replay (tests/test_sim_traces.py): vLLM 0.33.0
+# from PyPI in its own venv (VLLM_REF, git-ignored, ~9 GB; never the project's venv); the traces are data
+# (data/vllm/scheduler-traces/), rewritten here and replayed at once. `make scheduler-traces VLLM_REF=/path` reuses
+# an existing venv.
+VLLM_REF ?= .vllm-ref
+scheduler-traces: venv
+	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
+	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
+	nice $(VLLM_REF)/bin/python scripts/scheduler_traces.py --out data/vllm/scheduler-traces
+	$(BIN)/python -m pdtune.sim.replay data/vllm/scheduler-traces
+
 # The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
 # or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script
 # runs and prints its numbers; the target fails at the end if one of them missed its target.
@@ -82,6 +94,28 @@ bench-peers: venv
 # so it is written to data/perfmodel/validation/ once, not at book-build time. Rerun after changing pdtune.perfmodel.
 validation: venv
 	$(BIN)/python -m pdtune.scorecard
+
+# vLLM's switches per line (data/vllm/switches.csv), read from the published wheels 0.11 and 0.20-0.33 (the .0
+# release of each line; about 400 MB each, downloaded one at a time and deleted once its files are unpacked into
+# VLLM_SRC), and where the chunked-local hybrid-manager default flipped (the wheels between the lines too).
+VLLM_SRC ?= _build/vllm-src
+VLLM_LINES := 0.11.0 $(foreach m,20 21 22 23 24 25 26 27 28 29 30 31 32 33,0.$(m).0)
+VLLM_BETWEEN := 0.12.0 0.13.0 0.14.0 0.14.1 0.15.1 0.16.0 0.17.1 0.18.1 0.19.1
+vllm-switches: venv
+	$(BIN)/python scripts/vllm_switches.py fetch $(VLLM_LINES) --dest $(VLLM_SRC)/lines
+	$(BIN)/python scripts/vllm_switches.py fetch $(VLLM_BETWEEN) --dest $(VLLM_SRC)/between
+	$(BIN)/python scripts/vllm_switches.py table --src $(VLLM_SRC)/lines --out data/vllm/switches.csv
+	$(BIN)/python scripts/vllm_switches.py flip VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE \
+	  --src $(VLLM_SRC)/lines --src $(VLLM_SRC)/between --out data/vllm/chunked-local-default.csv
+	PDTUNE_VLLM_SRC=$(VLLM_SRC)/lines $(BIN)/python -m pytest -q tests/test_vllm_switches.py
+
+# Golden plans from vLLM 0.33.0's own KV planner, run on CPU in the same venv of its own (VLLM_REF above):
+# data/vllm/golden-plans.json, compared with `pdtune state` by tests/test_golden_plans.py in make test.
+golden-plans: venv
+	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
+	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
+	$(BIN)/python scripts/golden_plans.py specs --out _build/golden/specs.json
+	$(VLLM_REF)/bin/python scripts/golden_plans.py plan --specs _build/golden/specs.json --out data/vllm/golden-plans.json
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -579,6 +579,29 @@ def build(root: Path) -> list[Case]:
         names="topology")
     add(10, "state-vllm-megabyte", *state, "qwen3-32b", "--vllm", "v" * (1 << 20), names="--vllm")
 
+    # ---------------------------------------------------------------- 0: --vllm-env / vllm_env (issue 24)
+    chunked = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+    for name, value, field_ in (("unknown-name", "VLLM_NOT_A_SWITCH=1", "VLLM_NOT_A_SWITCH"),
+                                ("bad-value", f"{chunked}=yes", chunked),
+                                ("no-equals", chunked, "vllm_env"),
+                                ("not-in-line", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"),
+                                ("twice", f"{chunked}=0", chunked)):
+        extra = ("--vllm", "0.11") if name == "not-in-line" else ()
+        again = ("--vllm-env", f"{chunked}=1") if name == "twice" else ()
+        add(0, f"state-vllm-env-{name}", *state, "qwen3-32b", *extra, "--vllm-env", value, *again, names="--vllm-env",
+            field=field_)
+    add(0, "predict-vllm-env-unknown", "predict", "qwen3-32b", *predict, "--vllm-env", "VLLM_NOPE=1",
+        names="--vllm-env", field="VLLM_NOPE")
+    add(0, "plan-vllm-env-bad-value", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+        "--osl", "128", "--vllm-env", f"{chunked}=2", names="--vllm-env", field=chunked)
+    add(0, "log-vllm-env-unknown", "log", log33, "--model", qwen32, "--vllm-env", "VLLM_NOPE=1", names="--vllm-env",
+        field="VLLM_NOPE")
+    for name, text in (("unknown", "vllm_env:\n  VLLM_NOPE: 1\n"), ("value", f"vllm_env:\n  {chunked}: 7\n"),
+                       ("list-no-equals", f"vllm_env: [{chunked}]\n")):
+        add(0, f"workbook-vllm-env-{name}", "workbook", write(p / f"vllm-env-{name}.yaml",
+                                                             base.replace("vllm_env: {}\n", text)), "--out",
+            out / "wb", names=f"vllm-env-{name}.yaml", field="vllm_env")
+
     # ---------------------------------------------------------------- 11: bundled data (own processes)
     broken = root / "data-broken"
     if not broken.exists():
@@ -730,6 +753,8 @@ def build(root: Path) -> list[Case]:
         "model-list": cal_ok.replace("model: gpt-oss-120b", "model: [gpt-oss-120b]"),
         "fitted-list": cal_ok.replace("fitted_on:\n", "fitted_on: [1]\nx_fitted:\n"),
         "vllm-text": cal_ok.replace("vllm:\n- 0.18.0", "vllm: 0.18.0"),
+        "holdout-by": cal_ok + "holdout_by: model\n", "groups-text": cal_ok.replace("fitted_on:\n",
+                                                                                     "fitted_on:\n  groups: isl\n"),
         "not-calibration": "model: x\n", "binary": "\x00\x01",
     }
     for name, text in cal_variants.items():
@@ -760,6 +785,8 @@ def build(root: Path) -> list[Case]:
     for value in ("nan", "1.5", "-1", "inf"):
         add(2, f"calibrate-holdout-{value}", *calibrate, "--holdout", value, "--out", out / "cal.yaml",
             names="--holdout")
+    add(2, "calibrate-holdout-by-model", *calibrate, "--holdout-by", "model", "--out", out / "cal.yaml",
+        names="--holdout-by")
     cal_targets = (("below-a-file", out / "a-file" / "cal.yaml"), ("a-folder", out / "a-folder"),
                    ("proc", Path("/proc/pdtune-test/cal.yaml")), ("fifo", sp / "out-fifo"))
     if null is not None:
@@ -825,6 +852,47 @@ def build(root: Path) -> list[Case]:
                         (("log", log33, "--model", qwen32, "--speculative-model", "no-such"), "no-such")):
         label = "-".join(a.name if isinstance(a, Path) else str(a) for a in argv[1:])
         add(0, f"{argv[0]}-{label[-50:]}", *argv, names=names)
+
+    # pdtune simulate (issue 23): workload flags, trace files, the per-request CSV.
+    sim = ("simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1")
+    tr = root / "traces"
+    bad_traces = {
+        "decreasing": ("arrival_s,isl,osl\n1,100,10\n0.5,100,10\n", "row 2: arrival_s"),
+        "no-osl": ("arrival_s,isl\n0,100\n", "osl"),
+        "fraction": ("arrival_s,isl,osl\n0,10.5,4\n", "row 1: isl"),
+        "nan": ("arrival_s,isl,osl\nnan,100,4\n", "row 1: arrival_s"),
+        "zero-osl": ("arrival_s,isl,osl\n0,100,0\n", "osl"),
+        "empty": ("arrival_s,isl,osl\n", "rows"),
+        "huge-isl": (f"arrival_s,isl,osl\n0,{2**40},4\n", "isl"),
+    }
+    for name, (text, field) in bad_traces.items():
+        path = write(tr / f"{name}.csv", text)
+        add(0, f"simulate-trace-{name}", *sim, "--trace", path, names=path.name, field=field)
+    add(0, "simulate-trace-fifo", *sim, "--trace", fifo(tr / "fifo.csv"), names="fifo.csv")
+    add(0, "simulate-trace-folder", *sim, "--trace", tr, names="traces")
+    add(0, "simulate-trace-with-isl", *sim, "--trace", write(tr / "ok.csv", "arrival_s,isl,osl\n0,100,4\n"),
+        "--isl", "10", names="--trace")
+    for argv, names in ((("--concurrency", "0", "--isl", "10", "--osl", "4"), "--concurrency"),
+                        (("--concurrency", "4", "--isl", "10"), "--osl"),
+                        (("--concurrency", "4", "--rate", "2", "--isl", "10", "--osl", "4"), "--rate"),
+                        (("--rate", "0", "--isl", "10", "--osl", "4"), "--rate"),
+                        (("--rate", "nan", "--isl", "10", "--osl", "4"), "--rate"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--range-ratio", "1.5"), "--range-ratio"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--acceptance", "2"), "--acceptance"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--harness", "locust"), "--harness"),
+                        (("--concurrency", "4", "--isl", "1000", "--osl", "40", "--max-model-len", "500"),
+                         "--max-model-len"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--max-concurrency", "2"),
+                         "--max-concurrency"),
+                        (("--concurrency", "1e30", "--isl", "10", "--osl", "4"), "--concurrency"),
+                        (("--concurrency", "4", "--isl", str(2**40), "--osl", "4"), "--isl")):
+        add(0, f"simulate-{'-'.join(argv)[-50:]}", *sim, *argv, names=names)
+    add(0, "simulate-disagg-osl-1", "simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "1xTP1:1xTP1",
+        "--concurrency", "2", "--isl", "64", "--osl", "1", names="--osl")
+    add(0, "simulate-csv-below-a-file", *sim, "--concurrency", "2", "--isl", "64", "--osl", "4", "--num-prompts", "2",
+        "--csv", out / "a-file" / "requests.csv", names="a-file")
+    add(0, "simulate-csv-folder", *sim, "--concurrency", "2", "--isl", "64", "--osl", "4", "--num-prompts", "2",
+        "--csv", out / "a-folder", names="a-folder")
     return [c for c in cases if c is not None]
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from pdtune.cli import main
+from pdtune.errors import InputError
 from pdtune.plan import PlanSettings, Sla, plan
 from pdtune.recipe import (
     accepted_flags,
@@ -317,3 +318,37 @@ def test_outputs_of_a_measurement_recipe_feed_the_plan(article: dict[str, Any], 
     assert set(p.table["prefill_topology"]) == {"TP2DP4+EP"}
     assert p.table["prefill_source"].str.startswith("measured: ").all()
     assert p.table["modeled"].all()  # the decode side is still the model's
+
+
+# ------------------------------------------------------------------------------------------ --vllm-env
+
+
+def test_vllm_env_reaches_every_worker_environment(article: dict[str, Any]) -> None:
+    # srt-slurm's vLLM backend (srtctl 0.3.0 backends/vllm.py) takes prefill_environment, decode_environment and
+    # aggregated_environment mappings; the plan's --vllm-env goes into each role's block, and the serve script
+    # exports it.
+    data = json.loads(json.dumps(article))
+    data["settings"]["vllm_env"] = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}
+    want = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}
+    row = data["rows"][0]
+    deploy, *measure = row_recipes(data, row)
+    assert deploy.body["backend"]["prefill_environment"] == deploy.body["backend"]["decode_environment"] == want
+    for recipe in measure + candidate_recipes(data)[:2]:
+        assert recipe.body["backend"]["aggregated_environment"] == want
+    assert "export VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0" in serve_script(data, row)
+    # none given, no block: the recipes stay as they were
+    assert "prefill_environment" not in row_recipes(article, article["rows"][0])[0].body["backend"]
+    data["settings"]["vllm_env"] = {"VLLM_NOPE": "1"}  # a hand-edited plan file is checked again
+    with pytest.raises(InputError, match="VLLM_NOPE"):
+        row_recipes(data, row)
+
+
+def test_plan_cli_records_its_vllm_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r"
+    assert main(["plan", "qwen3-next-80b-a3b", "--gpu", "h200", "--max-gpus", "16", "--isl", "8192", "--osl",
+                 "1024", "--min-tps-per-user", "50", "--recipes", str(out), "--json",
+                 "--vllm-env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["vllm_env"] == {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    deploy = next(out.glob("deploy-*.yaml"))
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in deploy.read_text()

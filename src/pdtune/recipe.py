@@ -282,7 +282,7 @@ def deployment_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: 
         "gpus_per_decode": per_d,
     }
     body["frontend"] = {"type": "dynamo", "enable_multiple_frontends": False}
-    body["backend"] = {"type": "vllm", "connector": None,
+    body["backend"] = {"type": "vllm", "connector": None, **_environment(plan, ("prefill", "decode")),
                        "vllm_config": {"prefill": prefill.vllm_config(), "decode": decode.vllm_config()}}
     curve = row.get("curve_concurrencies") or [row["concurrency"]]
     body["benchmark"] = _benchmark(s["isl"], s["osl"], curve)
@@ -330,7 +330,8 @@ def measurement_recipe(plan: dict[str, Any], role: str, topology: str, mtp: int,
                          "agg_nodes": math.ceil(engine.topology.gpus / gpn), "agg_workers": 1,
                          "gpus_per_agg": engine.topology.gpus}
     body["frontend"] = {"type": "dynamo", "enable_multiple_frontends": False}
-    body["backend"] = {"type": "vllm", "connector": None, "vllm_config": {"aggregated": engine.vllm_config()}}
+    body["backend"] = {"type": "vllm", "connector": None, **_environment(plan, ("aggregated",)),
+                       "vllm_config": {"aggregated": engine.vllm_config()}}
     body["benchmark"] = _benchmark(isl, osl, concurrencies)
     what = ("Prefill-only sweep (ISL/OSL {}/{}): read back with pdtune plan --prefill-results".format(isl, osl)
             if role == "prefill" else
@@ -340,6 +341,23 @@ def measurement_recipe(plan: dict[str, Any], role: str, topology: str, mtp: int,
     for flags in Recipe("", body).flags().values():
         _checked(flags, serve=False, where=f"{label} {role}-only")
     return Recipe(f"measure-{role}-{_slug(label)}.yaml", body, tuple(header))
+
+
+def plan_environment(plan: dict[str, Any]) -> dict[str, str]:
+    """The plan's ``--vllm-env`` (``settings.vllm_env``), checked again: a plan file may be edited by hand."""
+    from pdtune.switches import check_env
+
+    raw = plan["settings"].get("vllm_env") or {}
+    if not isinstance(raw, dict):
+        raise InputError("PLAN.json", "settings.vllm_env", "must be a mapping NAME: VALUE")
+    return check_env(raw, str(plan["settings"].get("vllm", VLLM_VERSION)), "settings.vllm_env").as_dict()
+
+
+def _environment(plan: dict[str, Any], roles: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """srt-slurm's per-role worker environment blocks (``prefill_environment``, ``decode_environment``,
+    ``aggregated_environment`` of its vLLM backend) holding the plan's vLLM variables; none without them."""
+    env = plan_environment(plan)
+    return {f"{role}_environment": dict(env) for role in roles} if env else {}
 
 
 def serve_script(plan: dict[str, Any], row: dict[str, Any], *, model_path: str | None = None) -> str:
@@ -352,6 +370,10 @@ def serve_script(plan: dict[str, Any], row: dict[str, Any], *, model_path: str |
              "# Start one per worker; a router (Dynamo's frontend, or vLLM's disaggregated proxy) sends each",
              "# request to a prefill engine, then to a decode engine, which pulls the KV cache over NIXL.",
              "set -euo pipefail", ""]
+    env = plan_environment(plan)
+    if env:
+        lines += ["# The vLLM environment the plan was made for (pdtune plan --vllm-env):"]
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()] + [""]
     res = recipe.body["resources"]
     for port, role in ((8100, "prefill"), (8200, "decode")):
         engine = recipe.body["backend"]["vllm_config"][role]

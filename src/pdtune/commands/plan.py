@@ -14,6 +14,7 @@ from pdtune.commands._common import (
     whole_flag,
 )
 from pdtune.errors import InputError, brief
+from pdtune.switches import env_from_args
 from pdtune.limits import MAX_GPUS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
 from pdtune.plan import PLAN_VLLM, Plan, PlanSettings, picks_sentence, plan, sla_list
@@ -102,6 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per DP rank (default 8192)")
     shared_flag(p, "--vllm", default=PLAN_VLLM,
                 help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
+    shared_flag(p, "--vllm-env")
     p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")
     p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
     shared_flag(p, "--json", help="machine-readable output (what `pdtune recipe` reads)")
@@ -126,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         decode_topologies=args.decode_topologies, calibration=tuple(args.calibration),
         speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens,
         decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
+        vllm_env=env_from_args(args, args.vllm).given,
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,

@@ -172,6 +172,9 @@ class PlanSettings:
     num_speculative_tokens: int = 0  # the draft's tokens (MTP candidates use ``mtp_tokens``)
     decode_context_parallel_size: int = 1  # decode engines only
     tpot_p90_factor: float | None = None  # None: the measured p99/p50 ratio (:func:`tpot_p90_rule`)
+    # vLLM environment variables the engines set (``--vllm-env``): the search plans with them, the recipes
+    # write them into every worker's environment
+    vllm_env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.calibration, str):
@@ -238,6 +241,7 @@ class PlanSettings:
         out["decode_gpu"] = self.decode_gpu_name
         out["grid"] = list(self.grid)
         out["calibration"] = list(self.calibration)
+        out["vllm_env"] = dict(self.vllm_env)
         return out
 
 

@@ -40,7 +40,7 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
                   mtp_acceptance: float = 0.25, speculative_model: str = "", decode_context_parallel_size: int = 1,
                   calibration: str = "", plan: PlanParameters | Mapping[str, Any] | None = None,
                   prefill_gpu: str | None = None, decode_gpu: str | None = None,
-                  max_gpus: int | None = None) -> PlanSettings:
+                  max_gpus: int | None = None, vllm_env: tuple[tuple[str, str], ...] = ()) -> PlanSettings:
     """The :class:`PlanSettings` of a scenario's values (a chapter's parameters, or a :class:`Scenario`'s).
 
     ``prefill_gpu`` / ``decode_gpu`` / ``max_gpus`` override the pools and the budget (the chapter's mixed
@@ -60,7 +60,7 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
         prefill_topologies=tuple(p.prefill_topologies) or None, decode_topologies=tuple(p.decode_topologies) or None,
         calibration=(calibration,) if calibration.strip() else (), speculative_model=draft,
         num_speculative_tokens=num_speculative_tokens if draft else 0,
-        decode_context_parallel_size=decode_context_parallel_size,
+        decode_context_parallel_size=decode_context_parallel_size, vllm_env=tuple(vllm_env),
     )
 
 
@@ -79,7 +79,7 @@ def scenario_settings(scenario: Scenario) -> PlanSettings:
         num_speculative_tokens=scenario.num_speculative_tokens, mtp_acceptance=scenario.mtp_acceptance,
         speculative_model=scenario.speculative_model,
         decode_context_parallel_size=scenario.decode_context_parallel_size, calibration=scenario.calibration,
-        plan=scenario.plan)
+        plan=scenario.plan, vllm_env=scenario.environment())
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,8 +156,11 @@ def _init_child(parent_pid: int) -> None:
 
 def _plan_job(scenario: Scenario) -> dict[str, Any]:
     """In the child: the search, as plain data (an error as its key and message, InputError does not pickle)."""
+    from pdtune.switches import vllm_environment
+
     try:
-        planned = timed_plan(scenario_settings(scenario), plan_slas(scenario.plan))
+        with vllm_environment(scenario.environment(), "vllm_env"):
+            planned = timed_plan(scenario_settings(scenario), plan_slas(scenario.plan))
     except InputError as exc:
         key = _PLAN_KEYS.get(exc.field) or ("calibration" if scenario.calibration and
                                             str(exc.source) == scenario.calibration else "plan")
