@@ -31,6 +31,8 @@ import pytest
 import test_prose_numbers as prose
 from pdtune.scenario import Scenario, article_scenario
 from pdtune.site.render import STATIC_BUILD_ENV
+from pdtune.model import load_model
+from pdtune.sweep import load_sweep
 from pdtune.workbook import load_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -445,3 +447,28 @@ def _memory() -> dict[str, Any]:
     return {k: getattr(s, k) for k in ("gpu_memory_gib", "gpu_memory_utilization", "non_torch_gib",
                                        "activation_peak_gib", "cudagraph_estimate_gib", "kv_cache_dtype", "vllm",
                                        "num_speculative_tokens", "isl", "osl")}
+
+
+@pytest.mark.parametrize("params", ["llama-3.1-70b-h200", "qwen3-235b-h200"])
+def test_chapter_6_and_the_summary_quote_the_same_room(params: str) -> None:
+    """A room of 15.96 requests read "15" in chapter 6 (whole requests, rounded down) and "16.0" in the summary
+    (a tenth): both now print vLLM's maximum concurrency to two decimals, from the same accounting."""
+    from pdtune.chapters import decode as ch6
+    from pdtune.workbook.summary import key_numbers, to_markdown
+
+    scenario = load_parameters(PARAMS / f"{params}.yaml").resolved
+    spec = load_model(scenario.model)
+    memory = {k: getattr(scenario, k) for k in (
+        "gpu_memory_gib", "gpu_memory_utilization", "non_torch_gib", "activation_peak_gib",
+        "cudagraph_estimate_gib", "kv_cache_dtype", "vllm", "num_speculative_tokens")}
+    room = ch6.room_table(load_sweep("decode", []), spec, scenario.decode_topologies, isl=scenario.isl,
+                          osl=scenario.osl, **memory)
+    said = ch6.room_sentence(room, [])
+    summary = to_markdown(key_numbers(scenario).to_dict())
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in summary.splitlines()
+            if line.startswith("| ") and line.split(" | ")[1:2] == ["no"]}  # the KV table, rows without MTP
+    for r in room.itertuples():
+        held = f"{r.room_at_workload:,.2f}"
+        assert f"{r.deployment} {held} (" in said
+        if not r.mtp:
+            assert f"| {held} |" in rows[r.layout], (r.deployment, rows[r.layout])

@@ -373,9 +373,9 @@ def test_only_the_chapters_own_parameters_are_injected(tmp_path: Path) -> None:
 def test_chapters_come_from_the_toc_in_reading_order() -> None:
     chapters = book_chapters(REPO_ROOT)
     assert [c.name for c in chapters] == ["01_state", "02_memory", "03_graphs", "04_concurrency",
-                                          "05_prefill", "06_decode", "07_frontier", "08_trust",
-                                          "09_plan"]
-    assert [c.number for c in chapters] == list(range(1, 10))
+                                          "05_prefill", "06_decode", "07_frontier", "07_frontier_rate",
+                                          "07_frontier_measured", "08_trust", "09_plan"]
+    assert [c.number for c in chapters] == list(range(1, 12))
     assert all(c.source is None or c.source.is_file() for c in chapters)
 
 
