@@ -112,7 +112,9 @@ def test_equations_are_labelled_with_the_chapter_and_followed_by_takeaways(chapt
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_each_page_opens_with_its_question_and_a_dense_model_first(chapter: str) -> None:
     text = _text(chapter)
-    first = text.split("\n# ", 1)[1].split("\n\n", 2)[1]
+    paragraphs = text.split("\n# ", 1)[1].split("\n\n")[1:]
+    assert re.fullmatch(r"\*Time: \d+ min reading, \d+ min exercises\.\*", paragraphs[0])  # the course plan's
+    first = paragraphs[1]
     assert first.rstrip().endswith("?") or "?" in first.split("\n")[0], first[:120]
     sections = re.findall(r"^## (.+)$", text, re.M)
     if chapter in ("05_prefill", "06_decode", "07_frontier"):

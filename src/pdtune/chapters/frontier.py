@@ -311,12 +311,6 @@ def prediction_caveat(prefill: Sweep, decode: Sweep, disagg: Sweep) -> str:
             "a decode-only sweep.")
 
 
-def sla_text(pick: Any, floor: float) -> str:
-    """The SLA pick as the sentence after "At <floor> tokens/s per user"."""
-    shown = f"{floor:,.0f}" if floor >= 10 else f"{floor:g}"
-    return f"At {shown} tokens/s per user: {pick_sentence(pick)}"
-
-
 # --- a measured frontier of real vLLM disaggregated runs --------------------------------------------------
 
 SILICON_SOURCE = "aiconfigurator's silicon measurements (ai-dynamo/aiconfigurator, Apache-2.0), vLLM disaggregated"
