@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation \
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation srt \
 	scheduler-traces vllm-switches golden-plans
 
 venv: $(STAMP)
@@ -24,8 +24,23 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# srt-slurm itself (srtctl 0.3.0, a wheel outside the repo: not on PyPI), in a venv of its own (.srt/, git-ignored;
+# its dependencies from PyPI), so that the tests run its dry run and its worker-command builder on every recipe
+# pdtune writes (tests/srt_check.py). pdtune never imports it. SRTCTL_WHEEL names the wheel; by default the
+# shared tools folder beside the checkout (../shared from the main checkout, ../../shared from a worktree).
+SRT := .srt
+SRTCTL_WHEEL ?= $(firstword $(wildcard $(CURDIR)/../shared/tools/srtctl/srtctl-0.3.0-py3-none-any.whl \
+                  $(CURDIR)/../../shared/tools/srtctl/srtctl-0.3.0-py3-none-any.whl))
+srt: $(SRT)/.installed
+
+$(SRT)/.installed: $(SRTCTL_WHEEL)
+	@test -n "$(SRTCTL_WHEEL)" || { echo "srt: no srtctl-0.3.0 wheel found; set SRTCTL_WHEEL=path/to/srtctl-0.3.0-py3-none-any.whl"; exit 1; }
+	test -x $(SRT)/bin/python || $(PYTHON) -m venv $(SRT)
+	$(SRT)/bin/python -m pip install --quiet "$(SRTCTL_WHEEL)"
+	touch $@
+
 # The book tests build the book themselves (into a temporary folder); the vendored assets come first.
-test: venv chromium assets
+test: venv chromium assets srt
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: venv
@@ -121,4 +136,4 @@ clean:
 	rm -rf _build .pytest_cache .hypothesis
 
 distclean: clean
-	rm -rf $(VENV) book/assets/vendor
+	rm -rf $(VENV) $(SRT) book/assets/vendor

@@ -255,12 +255,14 @@ def _mix(a: AggPlan, b: AggPlan, w: float) -> AggPlan:
     )
 
 
-def agg_plan(engine: Engine, concurrency: int, isl: int, osl: int, clustering: float = 0.0) -> AggPlan:
+def agg_plan(engine: Engine, concurrency: int, isl: int, osl: int, clustering: float = 0.0,
+             room: float | None = None) -> AggPlan:
     """The :class:`AggPlan` of ``concurrency`` clients on ``engine`` (DP ranks share them evenly);
-    ``clustering`` is the efficiency's ``arrival_clustering``."""
+    ``clustering`` is the efficiency's ``arrival_clustering``; ``room`` is :func:`steady_capacity` of the
+    engine when the caller already has it (it depends on the engine and the workload only)."""
     dp = engine.topology.dp
     requests = float(concurrency)
-    room = steady_capacity(engine, isl, osl)
+    room = steady_capacity(engine, isl, osl) if room is None else room
     if requests < dp:
         lo = math.floor(requests)
         if lo == 0:

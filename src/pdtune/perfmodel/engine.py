@@ -38,7 +38,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
+from functools import cache, cached_property
+
+import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.guarded import bundled, read_frame
@@ -126,14 +128,20 @@ class Overheads:
         return self.activation_peak + self.non_torch + self.cudagraph_estimate
 
 
+@cache
+def _table3() -> pd.DataFrame:
+    """The article's table 3, read once (the plan builds hundreds of engines)."""
+    with bundled():
+        return read_frame(article_dir() / "table3_memory_per_engine.csv",
+                          ("topology", "mtp", "run", "activation_peak_gib", "non_torch_gib", "cudagraph_estimate_gib"))
+
+
 def engine_overheads(topology: Topology, mtp: bool, config: EngineConfig) -> Overheads:
     """Table 3's row for this layout (largest max-num-seqs), else its largest overhead as a constant."""
     if config.overheads_gib is not None:
         act, non_torch, graphs = config.overheads_gib
         return Overheads(from_gib(act), from_gib(non_torch), from_gib(graphs), "given")
-    with bundled():
-        table = read_frame(article_dir() / "table3_memory_per_engine.csv",
-                           ("topology", "mtp", "run", "activation_peak_gib", "non_torch_gib", "cudagraph_estimate_gib"))
+    table = _table3()
     layouts = {"TP8": (8, 1), "TP4DP4": (4, 4)}  # the article's decode engines (both with +EP experts)
     matching = [
         row

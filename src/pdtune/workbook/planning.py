@@ -181,7 +181,7 @@ def write_plan(folder: Path, result: WorkbookPlan, *, recipes: bool) -> dict[str
     if recipes and result.pick_rows:
         from pdtune.recipe import write_recipes
 
-        paths = write_recipes(data, list(result.pick_rows), folder / RECIPES_DIR)
+        paths = write_recipes(data, list(result.pick_rows), folder / RECIPES_DIR, source=folder / PLAN_JSON)
         written = [f"{PLAN_DIR}/{RECIPES_DIR}/{Path(p).name}" for p in paths]
         data["recipes"] = written
     (folder / PLAN_JSON).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -199,9 +199,10 @@ def plan_summary(planned: Planned) -> dict[str, Any]:
     s = p.settings
     picks = []
     for pick in p.picks:
-        entry: dict[str, Any] = {"sla": pick.sla.describe(), "met": pick.met, "sentence": picks_sentence(p, pick)}
+        entry: dict[str, Any] = {"sla": pick.sla.describe(), "met": pick.met, "sentence": picks_sentence(p, pick),
+                                 "comparison": p.comparison(pick)["sentence"]}
         row = p.row(pick.row if pick.met else pick.closest_row)  # type: ignore[arg-type]
-        entry.update({k: row[k] for k in ("row", "deployment", "gpus_total", "concurrency", "tps_per_gpu",
+        entry.update({k: row[k] for k in ("row", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu",
                                          "tps_per_user", "ttft_ms_p50", "kv_transfer_ms", "kv_transfer_share")})
         picks.append(entry)
     return {
@@ -211,5 +212,7 @@ def plan_summary(planned: Planned) -> dict[str, Any]:
         "candidates": {"prefill": p.counts["prefill_candidates"], "decode": p.counts["decode_candidates"],
                        "rejected": p.counts["rejected"]},
         "feasible_rows": p.counts["feasible_rows"], "factors": {r: f.source for r, f in p.factors.items()},
-        "picks": picks, "recipes": [],
+        "picks": picks, "recipes": [], "warnings": p.warnings(),
+        "ttft_ceiling": p.ceiling.to_dict() if p.ceiling is not None else None,
+        "latency_model": p.latency_model,
     }
