@@ -41,7 +41,7 @@ class Gate:
 def gate_summary(sweep: Sweep, threshold: float) -> Gate:
     """:func:`pdtune.frontier.accuracy_gate` on a disaggregated sweep, and the sentence the chapter prints."""
     if not sweep.available:
-        return Gate(sweep.frame, (), (), (), threshold, sweep.note)
+        return Gate(sweep.frame, (), (), (), threshold, "without a sweep there is nothing to gate.")
     result = accuracy_gate(sweep.frame, threshold)
     excluded = tuple(result.excluded["deployment"])
     unmeasured = tuple(result.unmeasured)
@@ -276,7 +276,7 @@ def inferencex_points(path: str | Path | None = None) -> RealData:
 def accuracy_note(sweep: Sweep, *, article_data: bool) -> str:
     """Where the accuracy the gate reads comes from."""
     if not sweep.available:
-        return "Without a disaggregated sweep there is no accuracy to gate on."
+        return ""
     if article_data:
         return ("The modeled data carries the article's reported GSM8K result on every configuration, copied "
                 "onto each file: it is the article's measurement, not something the performance model predicts.")
