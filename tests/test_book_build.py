@@ -36,6 +36,8 @@ EXPECTED_TOC = [
     "notebooks/05_prefill.md",
     "notebooks/06_decode.md",
     "notebooks/07_frontier.md",
+    "notebooks/07_frontier_rate.md",
+    "notebooks/07_frontier_measured.md",
     "notebooks/08_trust.md",
     "notebooks/09_plan.md",
     "book/glossary.md",

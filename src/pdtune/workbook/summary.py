@@ -410,7 +410,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         "## KV cache and concurrency per decode engine",
         "",
         "KV cache is per GPU (one TP rank); requests per engine are vLLM's max concurrency for that rank's "
-        "share of each request. Weights are computed from the config; the other overheads come from the "
+        "share of each request, to two decimals as vLLM logs it (chapter 6 quotes the same numbers). Weights are computed from the config; the other overheads come from the "
         "parameters file.",
         "",
         "| topology | MTP | weights, GiB per GPU | KV cache, GiB per GPU | MiB per request, one rank | "
@@ -422,7 +422,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         lines.append(
             f"| {r['topology']} | {'yes' if r['mtp'] else 'no'} | {_num(r.get('weights_gib'), 2)} | "
             f"{_num(r.get('kv_cache_gib'), 2)} | {_num(r.get('mib_per_request_rank'), 2)} | "
-            f"{_num(r.get('requests_per_engine'))} | {_num(r.get('requests_per_deployment'))} |"
+            f"{_num(r.get('requests_per_engine'), 2)} | {_num(r.get('requests_per_deployment'), 2)} |"
         )
         if r.get("note"):  # below the table, so the table fits the page's column
             notes.append(f"- {r['topology']}{' with MTP' if r['mtp'] else ''}: {r['note']}")
