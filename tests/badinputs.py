@@ -1,6 +1,6 @@
 """The bad-input corpus of issue 14: hand-written hostile inputs for every subcommand, and the runner that checks
 each one (imported by ``test_fuzz_cli.py``; ``python tests/badinputs.py ROOT OUT.jsonl ID...`` runs cases in a
-child process under an address-space limit).
+child process under an address-space limit). Issue 22's causes are numbered 2201 to 2211 (cause 4 is 2204).
 
 :func:`build` writes every fixture below a root folder and returns the :class:`Case` list. A case is the
 ``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``;
@@ -143,6 +143,52 @@ def release_immutable(root: Path) -> None:
         subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
     with contextlib.suppress(OSError):
         folder.chmod(0o700)
+
+
+#: Lock files of output folders "a live run is writing", held for as long as the process that built the corpus.
+_HELD: dict[str, int] = {}
+
+
+def held(folder: Path) -> Path:
+    """``folder`` as a live pdtune run writing it holds it: its lock (as :class:`pdtune.io.FolderSwap` takes it)
+    is held by this process, or already by another of the campaign's."""
+    import fcntl
+
+    from pdtune.io import beside
+
+    lock = beside(folder, "lock")
+    if str(lock) not in _HELD:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not lock.exists()
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if fresh:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _HELD[str(lock)] = fd
+        except OSError:
+            os.close(fd)
+    return folder
+
+
+def planned_rows(path: Path) -> Path:
+    """A real ``pdtune plan --json`` output with rows (qwen3-32b on up to 8 H100), made once."""
+    if not path.exists():
+        from pdtune.cli import main
+
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            assert main(["plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "8", "--isl", "1024", "--osl", "128",
+                         "--json"]) == 0
+        write(path, text.getvalue())
+    return path
+
+
+def recipe_names(plan_file: Path, row: int) -> list[str]:
+    from pdtune.recipe import row_recipes
+
+    data = json.loads(plan_file.read_text(encoding="utf-8"))
+    return [r.file_name for r in row_recipes(data, next(r for r in data["rows"] if r["row"] == row))]
 
 
 # ------------------------------------------------------------------------------------------ the corpus
@@ -781,6 +827,32 @@ def build(root: Path) -> list[Case]:
             names=names)
     add(11, "broken-data-validate", *validate, names="data-broken", own_process=True,
         env={"PDTUNE_DATA": str(root / "data-broken")})
+
+    # ---------------------------------------------------------------- issue 22, 4 and 11: outputs whole or absent
+    # 2211: a second run into an --out a live run is writing (its lock held by this process, as FolderSwap
+    # takes it) is refused before it writes anything, and a previous output there stays as it was.
+    rows_plan = planned_rows(root / "plans" / "plan-rows.json")
+    ds_ok = write(p / "ds-ok.yaml", "concurrencies: [1]\n")
+    previous = held(out / "busy-previous")
+    write(previous / "summary.json", "{}")
+    for name, argv in (("workbook", ("workbook", params_ok, "--out", held(out / "busy-wb"))),
+                       ("workbook-previous", ("workbook", params_ok, "--out", previous, "--force")),
+                       ("dataset", ("dataset", "generate", "--params", ds_ok, "--out", held(out / "busy-ds"))),
+                       ("recipe", ("recipe", rows_plan, "--row", "0", "--out", held(out / "busy-rec"))),
+                       ("recipe-previous", ("recipe", rows_plan, "--row", "0", "--out", previous)),
+                       ("plan-recipes", ("plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "8", "--isl", "1024",
+                                         "--osl", "128", "--recipes", held(out / "busy-plan")))):
+        flag = "--recipes" if name == "plan-recipes" else "--out"
+        add(2211, f"busy-{name}", *argv, names=Path(argv[argv.index(flag) + 1]).name, field=flag)
+    # 2204: recipes refused half-way (a recipe's name taken by a folder or a FIFO in --out) leave the folder as
+    # it was: the recipes of an earlier run in it included.
+    deploy = recipe_names(rows_plan, 0)[0]
+    for name in ("folder", "fifo"):
+        folder = out / f"rec-in-the-way-{name}"
+        write(folder / "deploy-row9-earlier.yaml", "name: earlier\n")
+        (folder / deploy).mkdir(parents=True, exist_ok=True) if name == "folder" else fifo(folder / deploy)
+        add(2204, f"recipe-in-the-way-{name}", "recipe", rows_plan, "--row", "0", "--out", folder, names=deploy,
+            field="--out")
 
     # ---------------------------------------------------------------- 0: more bad input per subcommand
     for name, data in (("binary", b"\x00\x01binary"), ("latin1", b'{"a": "\xe9"}'), ("empty", b""),
