@@ -186,7 +186,7 @@ def test_findings_verdicts_on_a_small_sweep() -> None:
     ([], None, display.MISSING),
 ])
 def test_concurrencies_are_written_as_runs(values, grid, text) -> None:
-    assert display._concurrency_list(values, grid) == text
+    assert display.concurrency_list(values, grid) == text
 
 
 # ------------------------------------------------------------------------------------------ prefill

@@ -233,7 +233,7 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     if not lines:
         return None
     from pdtune.scenario import default_name
-    from pdtune.workbook.parameters import first_chapter_of
+    from pdtune.workbook.chapter import first_chapter_of
 
     mine = [line for line in lines if first_chapter_of(default_name(line)) == chapter]
     if not mine:
@@ -346,7 +346,7 @@ def first_row(frame: pd.DataFrame) -> dict[str, Any]:
     return frame.iloc[0].to_dict() if len(frame) else {}
 
 
-def _concurrency_list(values: Sequence[int], grid: Sequence[int] | None = None) -> str:
+def concurrency_list(values: Sequence[int], grid: Sequence[int] | None = None) -> str:
     """``1, 2`` or ``4–32, 512, 1,024–1,536``: runs of consecutive points of ``grid`` (the swept
     concurrencies, default ``values`` itself) joined by an en dash."""
     if not values:

@@ -17,11 +17,11 @@ from pdtune.units import GiB, MiB, to_bytes
 
 
 def emit_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_default)
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=json_default)
     sys.stdout.write("\n")
 
 
-def _default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     if hasattr(obj, "item"):  # numpy scalars

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pdtune.commands._common import _default as _json_default
+from pdtune.commands._common import json_default
 from pdtune.commands._common import gib_flag, shared_flag, whole_flag
 from pdtune.errors import InputError
 from pdtune.limits import MAX_MODEL_LEN, MAX_PARALLEL
@@ -211,4 +211,4 @@ def _stream_json(log: VllmLog, waterfalls: Iterator[tuple[str, Any]], checks: li
 
 
 def _indented(value: Any, level: int = 2) -> str:
-    return json.dumps(value, indent=2, default=_json_default).replace("\n", "\n" + " " * level)
+    return json.dumps(value, indent=2, default=json_default).replace("\n", "\n" + " " * level)

@@ -59,7 +59,7 @@ from pdtune.memory import vllm_default_max_num_batched_tokens
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
-from pdtune.perfmodel.sweeps import Prediction, _check_concurrencies
+from pdtune.perfmodel.sweeps import Prediction, check_concurrencies
 from pdtune.state import plan_state
 from pdtune.topology import Topology
 
@@ -300,7 +300,7 @@ def predict_agg(
     engine = build_engine(spec, gpu, topology, isl=isl, osl=osl, config=agg_config(gpu, config))
     return [
         agg_prediction(engine, agg_plan(engine, c, isl, osl, efficiency.arrival_clustering), isl, osl, efficiency)
-        for c in _check_concurrencies(concurrencies)
+        for c in check_concurrencies(concurrencies)
     ]
 
 

@@ -33,8 +33,8 @@ from pdtune.perfmodel.engine import KINDS
 from pdtune.perfmodel.validation import (
     CompiledPoint,
     RowSetup,
-    _Cache,
-    _engine,
+    EngineCache,
+    cached_engine,
     compile_agg,
     model_key,
     row_setup,
@@ -201,21 +201,21 @@ class Compiled:
 #: concurrency, clustering), kept between fits: a plan is a pure function of those, and the held-out benchmarks
 #: re-plan the same rows for dozens of fits. One engine cache per GPU object (held here, so its id stays unique).
 _PLANS: dict[tuple[Any, ...], CompiledPoint | InputError] = {}
-_ENGINES: dict[int, tuple[GpuSpec, _Cache]] = {}
+_ENGINES: dict[int, tuple[GpuSpec, EngineCache]] = {}
 
 
-def _engine_cache(gpu: GpuSpec) -> _Cache:
+def _engine_cache(gpu: GpuSpec) -> EngineCache:
     if id(gpu) not in _ENGINES or _ENGINES[id(gpu)][0] is not gpu:
-        _ENGINES[id(gpu)] = (gpu, _Cache())
+        _ENGINES[id(gpu)] = (gpu, EngineCache())
     return _ENGINES[id(gpu)][1]
 
 
-def _planned(cache: _Cache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int, c: int,
+def _planned(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int, c: int,
              clustering: float) -> CompiledPoint:
     key = (id(gpu), setup.spec, setup.topology, setup.vllm, setup.kv_cache_dtype, isl, osl, c, clustering)
     if key not in _PLANS:
         try:
-            engine = _engine(cache, setup, gpu, isl, osl)
+            engine = cached_engine(cache, setup, gpu, isl, osl)
             _PLANS[key] = compile_agg(engine, agg_plan(engine, c, isl, osl, clustering), None, isl, osl)
         except InputError as exc:
             _PLANS[key] = exc

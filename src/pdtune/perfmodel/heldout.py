@@ -27,7 +27,7 @@ import pandas as pd
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
-from pdtune.perfmodel.validation import METRICS, _stats, validate_rows
+from pdtune.perfmodel.validation import METRICS, error_percentiles, validate_rows
 
 
 def fold_of(key: str, folds: int) -> int:
@@ -105,7 +105,7 @@ def heldout_summary(table: pd.DataFrame, by: Sequence[str] = ("model_key", "gpu_
         rec["predicted"] = int(frame["predicted"].sum())
         for kind in ("lomo", "calibrated"):
             for m in ("ttft_ms_p50", "tpot_ms_p50"):
-                med, p90 = _stats(frame[f"{kind}_{m}_error"])
+                med, p90 = error_percentiles(frame[f"{kind}_{m}_error"])
                 rec[f"{kind}_{m}_median"], rec[f"{kind}_{m}_p90"] = med, p90
         rows.append(rec)
     return pd.DataFrame(rows)

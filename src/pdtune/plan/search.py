@@ -20,10 +20,10 @@ from pdtune.plan.pools import (
     Candidate,
     Factors,
     Rejected,
-    _Pool,
-    _measured_pool,
-    _modeled_pool,
-    _prune_sweeps,
+    Pool,
+    measured_pool,
+    modeled_pool,
+    prune_sweeps,
     candidate_topologies,
     pool_factors,
 )
@@ -210,14 +210,14 @@ def plan(
     p90 = tpot_p90_rule(s.tpot_p90_factor)
     pools = {}
     for role, gpu, given in (("prefill", prefill_gpu, prefill_results), ("decode", decode_gpu, decode_results)):
-        pools[role] = (_measured_pool(given, spec, gpu, role, s) if given
-                       else _modeled_pool(spec, gpu, role, s, factors[role].efficiency))
+        pools[role] = (measured_pool(given, spec, gpu, role, s) if given
+                       else modeled_pool(spec, gpu, role, s, factors[role].efficiency))
     ttft_limited = any(sla.max_ttft_ms is not None for sla in slas)
-    _prune_sweeps(pools["prefill"], "prefill", s.osl)
+    prune_sweeps(pools["prefill"], "prefill", s.osl)
     if not ttft_limited:
         # Decode pruning can drop a slower sweep whose lower rate would let a lighter prefill point meet a TTFT
         # limit; with a TTFT limit every decode sweep stays.
-        _prune_sweeps(pools["decode"], "decode", s.osl)
+        prune_sweeps(pools["decode"], "decode", s.osl)
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
     rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
@@ -240,7 +240,7 @@ def plan(
                 transfers, factors, p90)
 
 
-def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
+def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], prefill_gpu: GpuSpec,
                   decode_gpu: GpuSpec) -> None:
     """No candidate on a side, or no pair within the budget: bad input, naming the smallest deployment."""
     sides = {role: pools[role].candidates for role in ("prefill", "decode")}
@@ -296,7 +296,7 @@ class _Context:
     tpot_p90: TpotP90
 
 
-def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
+def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], prefill_gpu: GpuSpec,
            decode_gpu: GpuSpec, factors: dict[str, Factors], p90: TpotP90,
            ) -> tuple[pd.DataFrame, dict[str, int], dict[str, dict[str, Any]]]:
     """Rate-match every prefill sweep with every decode sweep within the budget; add the KV transfer."""
@@ -330,7 +330,7 @@ def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gp
     return rows, counts, summary
 
 
-def _by_gpus(pool: _Pool) -> dict[int, list[pd.DataFrame]]:
+def _by_gpus(pool: Pool) -> dict[int, list[pd.DataFrame]]:
     out: dict[int, list[pd.DataFrame]] = {}
     for c, frame in zip(pool.candidates, pool.sweeps, strict=True):
         out.setdefault(c.gpus, []).append(frame)

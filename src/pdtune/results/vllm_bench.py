@@ -61,7 +61,7 @@ def name_hints(path: Path) -> dict[str, int]:
     return hints
 
 
-class _PerRequest:
+class PerRequest:
     """The ``--save-detailed`` arrays of successful requests, in seconds."""
 
     def __init__(self, record: dict[str, Any], source: str) -> None:
@@ -154,7 +154,7 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
     if total_tps is None and output_tps is not None and total_in is not None and duration:
         total_tps = output_tps + total_in / duration
 
-    detail = _PerRequest(record, label)
+    detail = PerRequest(record, label)
     ttft_p50 = number(record.get("median_ttft_ms"), label, "median_ttft_ms")
     tpot_p50 = number(record.get("median_tpot_ms"), label, "median_tpot_ms")
     ttft_p99 = percentile(record, "ttft", 99, label)

@@ -33,20 +33,20 @@ from pdtune.site.bookbuild import TOC_NAME
 from pdtune.site.bookexec import kernel_env
 from pdtune.site.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.workbook.minibook import HtmlBuild, build_html
-from pdtune.workbook.parameters import (
+from pdtune.workbook.chapter import (
     CHAPTER_DIR,
-    PATH_FIELDS,
     Chapter,
-    Parameters,
+    ChapterResult,
     ParametersCell,
-    _declaration_notes,
     book_chapters,
     chapter_parameters,
+    declaration_notes,
     read_chapter,
     read_parameters_cell,
 )
+from pdtune.workbook.parameters import PATH_FIELDS, Parameters
 from pdtune.workbook.planning import PLAN_DIR, scenario_plan, write_plan
-from pdtune.workbook.summary import SUMMARY_JSON, _summary, _write_summary, key_numbers
+from pdtune.workbook.summary import SUMMARY_JSON, key_numbers, summary_record, write_summary
 
 
 #: Seconds one cell may run, as ``_config.yml``'s ``execute.timeout`` allows the book build.
@@ -54,46 +54,6 @@ CELL_TIMEOUT = 300
 
 
 _PROGRESS_ENGINE = "pdtune-progress"
-
-
-@dataclass(frozen=True)
-class ChapterResult:
-    """How one chapter went. ``status`` is ``ok``, ``failed`` or ``missing``."""
-
-    number: int
-    name: str
-    entry: str
-    status: str
-    notebook: str | None = None  # file name inside the output folder
-    seconds: float | None = None
-    cell: int | None = None  # 1-based position of the failing cell among the chapter's cells
-    line: int | None = None  # its first line in the chapter's source file
-    section: str | None = None  # the heading above it
-    error: str | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def failed_at(self) -> str:
-        """``cell 12 (line 142 of notebooks/03_graphs.md, under "Graph counts")``; empty when unknown."""
-        if self.cell is None:
-            return "" if self.line is None else f"line {self.line} of {self.entry}"
-        where = [f"line {self.line} of {self.entry}"] if self.line else []
-        if self.section:
-            where.append(f'under "{self.section}"')
-        return f"cell {self.cell}" + (f" ({', '.join(where)})" if where else "")
-
-    def describe(self) -> str:
-        if self.status == "ok":
-            return f"ok in {self.seconds:.1f} s"
-        if self.status == "missing":
-            return f"missing: {self.entry} is listed in {TOC_NAME} but does not exist"
-        return f"FAILED{' at ' + self.failed_at if self.failed_at else ''}: {self.error}"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-        if self.status == "failed":
-            out["failed_at"] = self.failed_at
-        return out
 
 
 @dataclass(frozen=True)
@@ -410,7 +370,7 @@ def run_workbook(
             except Exception as exc:  # a chapter jupytext cannot read fails alone, like one that raises
                 error = f"cannot read the chapter: {exc}".splitlines()[0]
                 outcomes[c.number] = {"status": "failed", "error": error}
-        notes = {number: _declaration_notes(cell, values) for number, cell in cells.items()}
+        notes = {number: declaration_notes(cell, values) for number, cell in cells.items()}
         # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
         # it would cost seconds each. A no-op when the dir is current.
         from pdtune.site.vendor import VENDOR_DIR, write_vendor
@@ -435,7 +395,7 @@ def run_workbook(
             _chapter_result(c, outcomes.get(c.number), notes.get(c.number, []), staging, book_root)
             for c in chapters
         )
-        summary = _summary(numbers, params, results)
+        summary = summary_record(numbers, params, [r.to_dict() for r in results])
         summary["plan"] = write_plan(staging / PLAN_DIR, planned, recipes=params.resolved.plan.recipes)
         html_build = None
         if html:
@@ -443,7 +403,7 @@ def run_workbook(
                 log("building the HTML book")
             html_build = build_html(staging, chapters, results, summary, book_root)
             summary["html"] = html_build.to_dict()
-        _write_summary(staging, summary, results)
+        write_summary(staging, summary)
         swap.commit()
     return WorkbookResult(out=out, chapters=results, summary=summary, html=html_build)
 
