@@ -88,7 +88,6 @@ def test_a_scenario_without_results_gives_empty_frames_and_a_note() -> None:
                   sweep_summary(empty), kv_room(empty, SPEC, **MEMORY),
                   ch5.engines_needed(ch5.peak_capacity(empty), 10.0)):
         assert frame.empty and len(frame.columns) > 2
-    assert display.first_row(best) == {}
     assert empty.workload is None and empty.workload_or(8192, 1024) == (8192, 1024)
     assert ch6.high_end(empty, kv_room(empty, SPEC, **MEMORY), best).empty
     gate = ch7.gate_summary(load_sweep("disagg", []), 0.95)
@@ -426,6 +425,14 @@ def test_inferencex_rows_get_the_decode_layout_their_file_records() -> None:
     errors = real.median_abs_error
     assert errors["tps_per_gpu"] == pytest.approx(real.check["tps_per_gpu_error"].abs().median())
     assert real.trend_sentence.startswith("Up to concurrency")
+
+
+def test_headers_are_words_without_stray_spaces_and_unique_in_a_table(decode: Sweep, room: pd.DataFrame) -> None:
+    """A header made unique with a trailing space ("MTP ahead ") reads as a duplicate on the page."""
+    assert [h for h in display.HEADERS.values() if h != h.strip() or "  " in h] == []
+    effect = ch6.mtp_effect(decode, room)
+    headers = [display.header(c) for c in effect.columns]
+    assert len(set(headers)) == len(headers), headers
 
 
 def test_number() -> None:

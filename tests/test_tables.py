@@ -84,7 +84,7 @@ def test_attention_only_model_has_no_recurrent_rows() -> None:
     assert summary.loc["conv state bytes per request per layer", col] is None
     assert summary.loc["bytes per request", col] == plan.bytes_per_request
     assert ch1.recurrent_share(plan) == 0.0
-    assert not ch1.has_recurrent_state(plan.model)
+    assert not plan.model.is_hybrid
 
 
 def test_summary_of_the_article() -> None:

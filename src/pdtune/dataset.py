@@ -450,11 +450,6 @@ def spec_from_params(params: dict[str, object], source: str = "PARAMS.yaml") -> 
     return spec
 
 
-def load_params(path: str | os.PathLike[str]) -> DatasetSpec:
-    """The :class:`DatasetSpec` of a parameters file."""
-    return spec_from_params(read_params(path), str(path))
-
-
 def read_params(path: str | os.PathLike[str]) -> dict[str, object]:
     """A parameters file's mapping, unchecked (:func:`spec_from_params` checks it)."""
     return read_mapping(path, "--params")

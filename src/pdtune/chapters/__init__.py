@@ -11,8 +11,10 @@ notebook imports its chapter module, the domain modules and the chart builders, 
 * :mod:`.concurrency` — chapter 4, concurrency per engine;
 * :mod:`.prefill` — chapter 5, prefill isolation (and the reading of an isolated sweep chapter 6 reuses);
 * :mod:`.decode` — chapter 6, decode isolation;
-* :mod:`.frontier` — chapter 7, the disaggregated frontier;
-* :mod:`.plan` — the plan chapter (``notebooks/09_plan.md``), plan before you measure;
+* :mod:`.frontier` — chapter 7, the disaggregated frontier (and the measured vLLM disaggregated frontier);
+* :mod:`.trust` — chapter 8, how far to trust a prediction: the model scored on real runs (and the measured
+  sweeps chapters 5 and 6 draw);
+* :mod:`.plan` — chapter 9, plan before you measure: the search, the picks, the KV transfer, a recipe;
 * :mod:`.display` — what every chapter shares: styled tables, glued numbers, formatted values.
 
 The Reproduce page (the book's last) is prose without code cells, so it has no module. Loading a

@@ -54,11 +54,6 @@ def mtp_tokens(spec: ModelSpec, num_speculative_tokens: int) -> int:
     return num_speculative_tokens if spec.num_mtp_layers else 0
 
 
-def has_recurrent_state(spec: ModelSpec) -> bool:
-    """True when some layer keeps a per-request recurrent state (GDN or Mamba2): a hybrid model."""
-    return spec.is_hybrid
-
-
 def plan_label(plan: StatePlan) -> str:
     """A short name for a plan: model, vLLM line, TP, and what it reserves beyond the article."""
     parts = [plan.model.name, plan.semantics.label, f"TP{plan.tp}"]

@@ -55,14 +55,6 @@ def whole_flag(maximum: int, what: str, *, minimum: int = 1) -> Callable[[str], 
     return parse
 
 
-def positive_int(text: str) -> int:
-    return _whole(text, 1, limits.MAX_EXACT_INT, "")
-
-
-def non_negative_int(text: str) -> int:
-    return _whole(text, 0, limits.MAX_EXACT_INT, "")
-
-
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)

@@ -159,10 +159,6 @@ def _worker_rows(log: VllmLog) -> Callable[[], Iterator[tuple[str, ...]]]:
     return rows
 
 
-def _workers_table(log: VllmLog) -> str:
-    return _table(list(_worker_rows(log)()))
-
-
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
     keep = [i for i in range(len(rows[0])) if any(r[i] for r in rows[1:])]
     widths = [max(len(r[i]) for r in rows) for i in keep]

@@ -20,12 +20,11 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """
 
-from pdtune.perfmodel.aggregated import AggPlan, agg_plan, predict_agg, serving_defaults
+from pdtune.perfmodel.aggregated import AggPlan, agg_plan, serving_defaults
 from pdtune.perfmodel.efficiency import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
 from pdtune.perfmodel.inferencex import inferencex_check
-from pdtune.perfmodel.network import CollectiveCost, collective_cost
 from pdtune.perfmodel.roofline import (
     PrefillCeiling,
     decode_roofline,
@@ -43,10 +42,7 @@ from pdtune.perfmodel.sweeps import (
 
 __all__ = [
     "AggPlan",
-    "CollectiveCost",
     "agg_plan",
-    "collective_cost",
-    "predict_agg",
     "serving_defaults",
     "DEFAULT_ACCEPTANCE",
     "DEFAULT_EFFICIENCY",

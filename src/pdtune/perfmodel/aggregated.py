@@ -285,25 +285,6 @@ def agg_config(gpu: GpuSpec, config: EngineConfig | None, vllm: str | None = Non
     return EngineConfig(vllm=version, max_num_batched_tokens=mnbt, max_num_seqs=seqs)
 
 
-def predict_agg(
-    spec: ModelSpec,
-    gpu: GpuSpec,
-    topology: Topology,
-    concurrencies: Sequence[int],
-    *,
-    isl: int = 1024,
-    osl: int = 1024,
-    config: EngineConfig | None = None,
-    efficiency: Efficiency = DEFAULT_EFFICIENCY,
-) -> list[Prediction]:
-    """Median TTFT and TPOT of one aggregated vLLM server at each concurrency (closed loop, modeled)."""
-    engine = build_engine(spec, gpu, topology, isl=isl, osl=osl, config=agg_config(gpu, config))
-    return [
-        agg_prediction(engine, agg_plan(engine, c, isl, osl, efficiency.arrival_clustering), isl, osl, efficiency)
-        for c in check_concurrencies(concurrencies)
-    ]
-
-
 def agg_prediction(engine: Engine, plan: AggPlan, isl: int, osl: int, eff: Efficiency) -> Prediction:
     """The tidy prediction of one planned point."""
     ttft, tpot = plan.evaluate(engine, eff)
