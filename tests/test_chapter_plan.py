@@ -57,9 +57,23 @@ def test_the_mixed_pool_plans_prefill_on_another_kind() -> None:
     mixed = ch9.mixed_plan(kwargs, slas, "h200")
     assert not isinstance(mixed, str)
     assert (mixed.plan.prefill_gpu.name, mixed.plan.decode_gpu.name) == ("b200", "h200")
-    assert set(mixed.plan.table["kv_link"]) == {"scale_out"}  # two GPU kinds never share NVLink
+    disagg = mixed.plan.table[mixed.plan.table["mode"] == "disagg"]
+    assert set(disagg["kv_link"]) == {"scale_out"}  # two GPU kinds never share NVLink
     sentence = ch9.mixed_sentence(single, mixed)
-    row = ch9.middle_pick(mixed.plan, ch9.middle_sla(single))
+    row = ch9.middle_pick(mixed.plan, ch9.middle_sla(single), disaggregated=True)
     assert row is not None and row["deployment"] in sentence and "both pools on h200" in sentence
     frame = ch9.picks_frame(single)
     assert list(frame["deployment"]) == [single.row(p.row)["deployment"] for p in single.picks]
+
+
+def test_the_chapter_compares_the_serving_modes_and_prints_runnable_serve_lines() -> None:
+    kwargs = dict(model="gpt-oss-120b", gpu="h200", isl=1024, osl=1024, num_speculative_tokens=0,
+                  plan={"max_gpus": 8})
+    p = ch9.timed_plan(ch9.plan_settings(**kwargs), ch9.plan_slas({"min_tps_per_user": [50]})).plan
+    text = ch9.comparison_sentences(p)
+    assert "wins" in text and "x the best" in text
+    assert set(ch9.frontier_frame(p)["mode"]) <= {"agg", "disagg"} and "mode" in ch9.picks_frame(p)
+    row = ch9.middle_pick(p)
+    lines = ch9.serve_lines(ch9.recipe_texts(p, row)["serve"]).splitlines()
+    assert lines and all("vllm serve openai/gpt-oss-120b" in line for line in lines)
+    assert all(line.startswith("CUDA_VISIBLE_DEVICES=") for line in lines)

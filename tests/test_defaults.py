@@ -17,6 +17,40 @@ def test_silicon_gpus_name_the_bundled_models_they_were_fitted_on() -> None:
     for gpu in SILICON_GPUS:
         d = gpu_defaults(gpu)
         assert d.source == "silicon" and "vLLM aggregated rows" in d.note
-        models = d.note.split(" of ", 1)[1].split()
+        models = d.note.split(" of ", 1)[1].split(";")[0].split()
         assert models and set(models) <= bundled, (gpu, models)
         assert 0 < d.efficiency.experts < 1 and d.efficiency.request_overhead_s > 0
+
+
+def test_the_fitted_rows_file_lists_what_each_gpu_was_fitted_on() -> None:
+    # fit_defaults.py writes defaults.csv and fitted_rows.csv together: as many rows per GPU as its note says,
+    # each measurement once (a repeated row was folded before the fit).
+    import re
+
+    from pdtune.guarded import read_csv
+    from pdtune.perfmodel.defaults import fitted_measurements, fitted_rows_file
+
+    _header, rows = read_csv(fitted_rows_file())
+    per_gpu: dict[str, list[str]] = {}
+    for _, row in rows:
+        per_gpu.setdefault(row["gpu"], []).append(row["measurement"])
+    for gpu in SILICON_GPUS:
+        n = int(re.search(r"fitted on (\d+) vLLM", gpu_defaults(gpu).note).group(1))
+        assert len(per_gpu[gpu]) == n == len(set(per_gpu[gpu])), gpu
+        assert fitted_measurements(gpu) == frozenset(per_gpu[gpu])
+    assert fitted_measurements("gb300") == frozenset()
+
+
+def test_the_note_says_which_factors_the_rows_decide() -> None:
+    import pandas as pd
+
+    from pdtune.paths import data_dir
+
+    table = pd.read_csv(data_dir() / "perfmodel" / "prior_sensitivity.csv")
+    assert ((table["data_share"] >= 0) & (table["data_share"] <= 1)).all()
+    assert (table["set_by"] == table["data_share"].map(lambda s: "data" if s >= 0.5 else "prior")).all()
+    for gpu in SILICON_GPUS:
+        frame = table[table["gpus"].str.split().map(lambda g: gpu in g)]
+        named = [f for f in gpu_defaults(gpu).note.split("set by the rows: ", 1)[1].split(";")[0].split()
+                 if f != "none"]
+        assert named == frame.loc[frame["set_by"] == "data", "factor"].tolist(), gpu

@@ -37,6 +37,7 @@ SHA256 = {
     "gemma-3-27b-it": "cabd884f5e0d4f01a5bd7fe14bd4bacd0bd83f3725a02acbdc4e72dc001835fa",
     "lfm2.5-vl-1.6b": "fbda22b139d38119d8548135b115ec5ec980202392d237267b9cd210da24a51e",
     "phi-3-mini-4k-instruct": "d81d79531772a0cafe4615997c659cbf53b831622daed49494b4a6937eef9dd3",
+    "qwen3.5-397b-a17b": "d544b09c0613c709540e749228a7f8144d4e67404a09a45c882a23efa2d8ee0a",
 }
 
 
@@ -102,8 +103,9 @@ def test_qwen3_235b_fp8_matches_the_silicon_rows(capsys: pytest.CaptureFixture[s
     assert main(["validate", str(silicon), "--model", "qwen3-235b-a22b-fp8", "--gpu", "h200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rows_used"] == 51 and out["rows_predicted"] == 51 and not out["unpredicted"]
-    [group] = out["by_model_gpu_mode"]
-    assert (group["model"], group["mode"], group["points"]) == ("Qwen/Qwen3-235B-A22B-FP8", "agg", 51)
+    # The H200 defaults were fitted on these very rows: each is marked in-sample, none is scored.
+    assert out["rows_fitted_on"] == 51 and out["in_sample_share"] == 1.0 and out["points"] == []
+    assert {(r["model"], r["mode"]) for r in out["fitted_on"]} == {("Qwen/Qwen3-235B-A22B-FP8", "agg")}
 
 
 # ------------------------------------------------------------------ gemma-2-9b-it: every other layer slides

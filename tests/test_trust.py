@@ -31,16 +31,23 @@ def silicon() -> pd.DataFrame:
     return load_results(silicon_file())
 
 
-def test_every_measured_row_of_the_five_models_is_in_the_scorecard(silicon: pd.DataFrame) -> None:
-    """No row is dropped: the scorecard has one line per vLLM aggregated row of the five models on the GPUs the
-    defaults are fitted for, counted from the CSV independently."""
+def test_every_fitted_model_is_scored_and_every_measurement_once(silicon: pd.DataFrame) -> None:
+    """No row is dropped and none counts twice: the scorecard has one line per distinct measurement of every model
+    whose rows enter a fit of the defaults, on the GPUs the defaults are fitted for (counted from the CSV
+    independently), and repeats.csv lists each row folded as a repeat, with the kept row it repeats."""
+    from pdtune.perfmodel.defaults import silicon_problems
+    from pdtune.scorecard import repeats
+
     rows = silicon[(silicon["backend"] == "vllm") & (silicon["mode"] == "agg")
                    & silicon["model"].map(model_key).isin(MODELS) & silicon["gpu"].isin(["h100", "h200", "b200",
                                                                                          "b300"])]
-    table = load_scorecard()
-    assert len(table) == len(rows) == 1256
-    assert sorted(table["source_id"]) == sorted(rows["source_id"])
+    assert set(MODELS) == {m for m, _ in silicon_problems(silicon)}  # every model a fit uses, and only those
+    table, folded = load_scorecard(), repeats()
+    assert len(rows) == 1307 and len(folded) == 198 and len(table) == 1307 - 198
+    assert sorted(table["source_id"]) == sorted(set(rows["source_id"]) - set(folded["source_id"]))
+    assert set(folded["repeat_of"]) <= set(table["source_id"])
     assert set(table["model_key"]) == set(MODELS)
+    assert len(table[table["model_key"] == "qwen3-235b-a22b-fp8"]) == 51
     unpredicted = table[~table["predicted"]]
     assert unpredicted["reason"].notna().all()  # every row the model cannot predict says why
 
@@ -76,7 +83,12 @@ def test_calibrated_scores_are_held_out_and_the_rest_counted(card: ch8.Scorecard
 
 def test_the_peer_comparison_uses_the_same_rows_and_counts_the_rest(card: ch8.Scorecard) -> None:
     peer = peer_estimates()
-    assert set(peer["source_id"]) == set(card.rows["source_id"])
+    # The cached estimates cover every scored row but those of qwen3-235b-a22b-fp8, scored since issue 23 and not
+    # yet estimated (`make bench-peers` refreshes the cache); its rows count as aiconfigurator's "missing".
+    mine = set(card.rows["source_id"])
+    never = set(card.rows.loc[card.rows["model_key"] == "qwen3-235b-a22b-fp8", "source_id"])
+    assert mine - set(peer["source_id"]) == never and len(never) == 51
+    assert (card.rows.loc[card.rows["source_id"].isin(never), "aic_status"] == "missing").all()
     table = ch8.peer_table(card).set_index(["model", "gpu"])
     both = ch8.both_mask(card)
     assert int(table.loc[("all", "all"), "both_predicted"]) == int(both.sum())

@@ -12,6 +12,10 @@ from pdtune.cli import main
 from pdtune.paths import clusters_dir
 
 SILICON = clusters_dir() / "aiconfigurator-silicon" / "silicon_sample.csv"
+_HELD_OUT = clusters_dir() / "inferencex-h200-isl-sweep" / "minimax-m2.5" / "results"
+HELD_OUT_TEP8 = sorted(str(p) for p in _HELD_OUT.glob("minimax_m25_vllm_tep8_*.json"))
+HELD_OUT_TEP8_SMALL = sorted(str(p) for isl in (1024, 2048, 4096)
+                             for p in _HELD_OUT.glob(f"minimax_m25_vllm_tep8_isl{isl}_osl128_*.json"))
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
@@ -19,22 +23,63 @@ def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_validate_json_has_points_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_marks_the_rows_the_defaults_were_fitted_on(capsys: pytest.CaptureFixture[str]) -> None:
+    # The shipped H200 defaults were fitted on every distinct gpt-oss-120b H200 row of the silicon sample: each
+    # row says so, none is scored, the in-sample share is printed, and a repeated row counts once.
     out = _json(capsys, ["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200", "--json"])
     assert out["rows_used"] == 75 and out["rows_predicted"] == 75 and not out["unpredicted"]
+    assert out["rows_repeated"] == 15 and out["rows_fitted_on"] == 60 and out["in_sample_share"] == 1.0
+    assert out["points"] == [] and out["rows_scored"] == 0
+    assert len(out["fitted_on"]) == 75 and all(r["fitted"] and r["in_sample"] for r in out["fitted_on"])
+    assert all(v is None for v in out["median_abs_pct_error"].values())
+    assert 0 < out["in_sample_median_abs_pct_error"]["tpot_ms_p50"] < 100
     # every other row is counted with its reason: other models, other GPUs, other backends
     skipped = out["rows_skipped"]
     assert sum(skipped.values()) == 5221 - 75
     assert any("served by trtllm" in k for k in skipped) and any("another GPU" in k for k in skipped)
+    assert main(["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200"]) == 0
+    text = capsys.readouterr().out
+    assert "in-sample: 60 of 60 predicted measurements (100 %)" in text and "counted once" in text
+
+
+def test_validate_scores_rows_nothing_was_fitted_on(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["validate", *HELD_OUT_TEP8, "--model", "minimax-m2.5", "--gpu", "h200", "--topology",
+                         "TEP8", "--json"])
+    assert out["rows_used"] == out["rows_predicted"] == out["rows_scored"] == len(HELD_OUT_TEP8)
+    assert out["rows_fitted_on"] == 0 and out["in_sample_share"] == 0.0
     for key in ("median_abs_pct_error", "p90_abs_pct_error"):
         assert set(out[key]) == {"ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu"}
     [group] = out["by_model_gpu_mode"]
-    assert (group["model"], group["gpu"], group["mode"], group["points"]) == ("openai/gpt-oss-120b", "h200", "agg", 75)
+    assert (group["model"], group["gpu"], group["mode"], group["points"]) == ("MiniMaxAI/MiniMax-M2.5", "h200", "agg",
+                                                                              len(HELD_OUT_TEP8))
     point = out["points"][0]
-    assert point["path"].endswith("silicon_sample.csv") and point["source_id"]
+    assert point["path"].endswith(".json") and not point["fitted"]
     assert point["measured_tpot_ms_p50"] > 0 and point["predicted_tpot_ms_p50"] > 0
     assert point["tpot_ms_p50_error"] == pytest.approx(
         point["predicted_tpot_ms_p50"] / point["measured_tpot_ms_p50"] - 1)
+
+
+def test_one_deployment_split_by_isl_is_calibrated_and_scored(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    # One deployment (MiniMax-M2.5 TEP8 on 8 H200, three ISLs): held out by deployment nothing is left to score;
+    # held out by ISL, the fit never sees one ISL and validate scores exactly those rows.
+    args = [*HELD_OUT_TEP8_SMALL, "--model", "minimax-m2.5", "--gpu", "h200", "--topology", "TEP8"]
+    cal = tmp_path / "by-deployment.yaml"
+    assert main(["calibrate", *args, "--out", str(cal)]) == 0
+    assert "nothing held out" in capsys.readouterr().out
+    out = _json(capsys, ["validate", *args, "--calibration", str(cal), "--json"])
+    assert out["rows_scored"] == 0 and out["rows_fitted_on"] == len(HELD_OUT_TEP8_SMALL)
+    cal = tmp_path / "by-isl.yaml"
+    assert main(["calibrate", *args, "--holdout-by", "isl", "--out", str(cal)]) == 0
+    capsys.readouterr()
+    doc = yaml.safe_load(cal.read_text())
+    assert doc["holdout_by"] == "isl" and len(doc["held_out"]["groups"]) == 1
+    [held] = doc["held_out"]["groups"]
+    out = _json(capsys, ["validate", *args, "--calibration", str(cal), "--json"])
+    assert out["rows_scored"] == doc["held_out"]["rows"] > 0
+    assert {f"isl {p['isl']}" for p in out["points"]} == {held}
+    assert out["rows_fitted_on"] == doc["fitted_on"]["rows"] == len(HELD_OUT_TEP8_SMALL) - out["rows_scored"]
+    assert all(f"isl {r['isl']}" != held for r in out["fitted_on"])
 
 
 def test_validate_text_names_rows_and_precision(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,8 +5,17 @@
 For H100, H200, B200 and B300: the factors of :class:`pdtune.perfmodel.efficiency.Efficiency` fitted
 (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`) on every vLLM aggregated row of aiconfigurator's silicon
 sample (``data/clusters/aiconfigurator-silicon/``) whose model is a bundled one, measured on a GPU of the same
-architecture (H100 with H200, B200 with B300: one fit each). GB200 and GB300 keep the article-tuned factors. The fit is deterministic; ``tests/test_validation.py`` checks that the
-file names the models it was fitted on and that they are bundled.
+architecture (H100 with H200, B200 with B300: one fit each), each measurement once (a row repeated under another
+id is folded, :mod:`pdtune.perfmodel.repeats`). GB200 and GB300 keep the article-tuned factors.
+
+Only the silicon file is read. The folders of :data:`pdtune.perfmodel.defaults.HELD_OUT_CLUSTERS` hold real
+measurements kept out of every fit (``fit_gpu_defaults`` refuses their rows; ``tests/test_heldout_data.py``
+checks that none of them is fitted on), so that pdtune can be scored on deployments it never saw.
+
+Beside ``defaults.csv`` it writes ``fitted_rows.csv`` (the measurements each GPU's defaults were fitted on, which
+``pdtune validate`` marks as in-sample) and ``prior_sensitivity.csv`` (per architecture and factor, whether the
+rows or the prior decide the fitted value: :mod:`pdtune.perfmodel.sensitivity`). The fit is deterministic;
+``tests/test_defaults.py`` checks that the files agree with each other.
 """
 
 from __future__ import annotations
@@ -14,7 +23,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+import pandas as pd
+
 from pdtune.perfmodel.defaults import (
     SILICON_GPUS,
     GpuDefaults,
@@ -23,7 +33,11 @@ from pdtune.perfmodel.defaults import (
     silicon_file,
     silicon_problems,
     write_defaults,
+    write_fitted_rows,
 )
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.fit import PRIOR
+from pdtune.perfmodel.sensitivity import factor_sensitivity
 from pdtune.results import load_results
 
 HERE = Path(__file__).resolve().parent
@@ -33,18 +47,32 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
     problems = silicon_problems(load_results(silicon_file()))
     rows = []
     fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
+    fitted: dict[str, pd.DataFrame] = {}
+    sensitivity = []
     for gpu in SILICON_GPUS:
         members = architecture_of(gpu)
+        mine = [p for (m, g), p in sorted(problems.items()) if g in members]
         if members not in fits:  # one fit per architecture
             fits[members] = fit_gpu_defaults(problems, gpu)
+            table = factor_sensitivity(mine, fits[members][0], PRIOR)
+            sensitivity.append(table.assign(gpus=" ".join(members)))
         eff, models = fits[members]
-        n = sum(len(p.rows) for (m, g), p in problems.items() if g in members)
+        n = sum(len(p.rows) for p in mine)
+        fitted[gpu] = pd.concat([p.rows for p in mine]) if mine else pd.DataFrame()
+        by_data = [f for f, s in zip(sensitivity[-1]["factor"], sensitivity[-1]["set_by"], strict=True) if s == "data"]
         where = (f"{n} vLLM aggregated rows on {' and '.join(members)}" if n
                  else "no rows on this architecture: every GPU's rows")
-        rows.append(GpuDefaults(gpu, eff, "silicon", f"fitted on {where} of {' '.join(models)}"))
+        rows.append(GpuDefaults(gpu, eff, "silicon",
+                                f"fitted on {where} of {' '.join(models)}; set by the rows: "
+                                f"{' '.join(by_data) or 'none'}; the other factors sit at the prior (fit.PRIOR)"))
     for gpu in ("gb200", "gb300"):
         rows.append(GpuDefaults(gpu, DEFAULT_EFFICIENCY, "article", "the article-tuned factors (chapters 5-7)"))
     write_defaults(out, rows, "pdtune's default performance-model factors per GPU; written by fit_defaults.py")
+    write_fitted_rows(out.parent / "fitted_rows.csv", fitted)
+    table = pd.concat(sensitivity, ignore_index=True)
+    columns = ["gpus", *[c for c in table.columns if c != "gpus"]]
+    (out.parent / "prior_sensitivity.csv").write_text(
+        table[columns].to_csv(index=False, float_format="%.6g", lineterminator="\n"), encoding="utf-8")
     return out
 
 

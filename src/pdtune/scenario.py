@@ -152,11 +152,24 @@ class Scenario:
     # --decode-context-parallel-size` count them. "" / 1: none.
     speculative_model: str = ""
     decode_context_parallel_size: int = 1
+    # vLLM environment variables the serving engines set, NAME=VALUE (a YAML mapping also reads): as
+    # `pdtune state --vllm-env` applies them (pdtune.switches); () is every line's defaults.
+    vllm_env: tuple[str, ...] = ()
     calibration: str = ""  # a `pdtune calibrate` file: the factors the plan predicts the calibrated GPU with
     plan: PlanParameters = PlanParameters()  # the `pdtune plan` question chapter 9 answers (see PlanParameters)
     title: str = field(default="", compare=False)  # free text shown in the workbook's summary
     # Written by the workbook, never by hand: one line per parameter the file left out (DefaultUsed.line).
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
+
+    def environment(self, source: str = "parameters") -> tuple[tuple[str, str], ...]:
+        """``vllm_env`` as (name, value) pairs, checked for this scenario's vLLM line (bad input otherwise)."""
+        from pdtune.switches import check_env, parse_assignments
+
+        pairs = parse_assignments(self.vllm_env, source)
+        try:
+            return check_env(pairs, self.vllm, source).given
+        except InputError as exc:
+            raise InputError(source, "vllm_env", f"{exc.field}: {exc.message}") from None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -173,6 +186,8 @@ class Scenario:
             if key not in known:
                 writable = ", ".join(k for k in known if k not in COMPUTED_FIELDS)
                 raise InputError(source, key, f"unknown parameter; known: {writable}")
+            if key == "vllm_env" and isinstance(value, dict):  # NAME: VALUE, as a worker's environment block
+                value = [f"{k}={_env_value(v)}" for k, v in value.items()]
             kwargs[key] = (PlanParameters.from_mapping(value, source=source) if key == "plan"
                            else _coerce(value, hints[key], source, key))
         scenario = cls(**kwargs)
@@ -181,6 +196,8 @@ class Scenario:
 
     def check(self, source: str = "parameters") -> None:
         _check_bounds(self, source)
+        if self.vllm_env:
+            self.environment(source)
         for name in ("gpu_memory_gib", "isl", "osl"):
             if getattr(self, name) <= 0:
                 raise InputError(source, name, f"must be positive, got {getattr(self, name)}")
@@ -473,6 +490,13 @@ def _fitting_layouts(scenario: Scenario, spec: Any, name: str, source: str) -> t
     if dropped:
         why += f" (left out: {', '.join(dropped)})"
     return tuple(kept), why
+
+
+def _env_value(value: Any) -> str:
+    """YAML's ``1``/``true`` as the environment's string."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:

@@ -1,10 +1,12 @@
 """The performance model's scorecard on real vLLM measurements, written once to ``data/perfmodel/validation/``.
 
 Scoring the model honestly means refitting it: every row of aiconfigurator's public vLLM aggregated sweeps
-(``data/clusters/aiconfigurator-silicon/``) is predicted with default factors fitted without its model
-(leave-one-model-out) and with factors calibrated on the other deployments of its model and GPU
-(:func:`pdtune.perfmodel.heldout.heldout_table`). That takes minutes, too long for a book build, so this module
-writes the per-row table to a CSV that the book reads, and regenerates it with one command:
+(``data/clusters/aiconfigurator-silicon/``) whose model enters a fit of the defaults (every bundled model the file
+measures) is predicted with default factors fitted without its model (leave-one-model-out) and with factors
+calibrated on the other deployments of its model and GPU (:func:`pdtune.perfmodel.heldout.heldout_table`). A
+measurement repeated under another id is scored (and fitted) once: ``repeats.csv`` lists the rows folded away and
+the row each repeats (:mod:`pdtune.perfmodel.repeats`). That takes minutes, too long for a book build, so this
+module writes the per-row table to a CSV that the book reads, and regenerates it with one command:
 
     .venv/bin/python -m pdtune.scorecard        # or: make validation
 
@@ -34,8 +36,9 @@ import pandas as pd
 from pdtune.paths import data_dir
 from pdtune.perfmodel.efficiency import Efficiency
 
-#: The bundled models of the public sweeps that the scorecard covers (the five of issue 15).
-MODELS = ("gpt-oss-120b", "llama-3.1-70b", "qwen3-32b", "minimax-m2.5", "kimi-k2.5")
+#: The bundled models of the public sweeps that the scorecard covers: every model whose rows enter a fit of the
+#: defaults (``silicon_problems``), so none is fitted on and left unscored.
+MODELS = ("gpt-oss-120b", "llama-3.1-70b", "qwen3-32b", "qwen3-235b-a22b-fp8", "minimax-m2.5", "kimi-k2.5")
 FOLDS = 4
 COMMAND = "python -m pdtune.scorecard"
 
@@ -62,18 +65,32 @@ def lomo_file() -> Path:
     return scorecard_dir() / "lomo_models.csv"
 
 
+def repeats_file() -> Path:
+    return scorecard_dir() / "repeats.csv"
+
+
 def peer_file() -> Path:
     return data_dir() / "peers" / "aiconfigurator-0.12.0" / "silicon-vllm-estimates.json"
 
 
-def compute(folds: int = FOLDS, models: Sequence[str] = MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-row table, which models every leave-one-model-out fit used): minutes of fitting."""
-    from pdtune.perfmodel.defaults import silicon_file, silicon_problems
+def compute(
+    folds: int = FOLDS, models: Sequence[str] = MODELS
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(per-row table, which models every leave-one-model-out fit used, the repeated rows folded away): minutes
+    of fitting."""
+    from pdtune.perfmodel.defaults import silicon_file, silicon_problems, silicon_repeats
     from pdtune.perfmodel.heldout import heldout_table
     from pdtune.results import load_results
 
-    held = heldout_table(silicon_problems(load_results(silicon_file())), folds=folds, models=list(models))
-    return _shipped_columns(held.table), _fits_frame(held.lomo_models, held.lomo_factors)
+    df = load_results(silicon_file())
+    problems = silicon_problems(df)
+    fitted = sorted({m for m, _ in problems})
+    if sorted(models) != fitted:  # a model fitted on but never scored (or scored but never fitted) is a gap
+        raise ValueError(f"the scorecard's models {sorted(models)} are not the models the defaults fit: {fitted}")
+    held = heldout_table(problems, folds=folds, models=list(models))
+    repeats = silicon_repeats(silicon_problems(df, fold=False))
+    repeats = repeats[repeats["model_key"].isin(models)].reset_index(drop=True)
+    return _shipped_columns(held.table), _fits_frame(held.lomo_models, held.lomo_factors), repeats
 
 
 def _shipped_columns(table: pd.DataFrame) -> pd.DataFrame:
@@ -129,14 +146,15 @@ def _csv(frame: pd.DataFrame) -> str:
 
 
 def write(out_dir: Path | None = None,
-          computed: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[Path, Path]:
-    table, lomo = computed if computed is not None else compute()
+          computed: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> tuple[Path, Path, Path]:
+    table, lomo, repeats = computed if computed is not None else compute()
     folder = Path(out_dir) if out_dir is not None else scorecard_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    rows, models = folder / scorecard_file().name, folder / lomo_file().name
+    rows, models, folded = folder / scorecard_file().name, folder / lomo_file().name, folder / repeats_file().name
     rows.write_text(_csv(table), encoding="utf-8")
     models.write_text(_csv(lomo), encoding="utf-8")
-    return rows, models
+    folded.write_text(_csv(repeats), encoding="utf-8")
+    return rows, models, folded
 
 
 def differences(fresh: pd.DataFrame, shipped: pd.DataFrame, rtol: float = 1e-4) -> list[str]:
@@ -167,10 +185,12 @@ def _reread(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.read_csv(StringIO(_csv(frame)))
 
 
-def check() -> list[str]:
-    table, lomo = compute()
+def check(computed: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> list[str]:
+    """What a recomputation (``computed``, else one made now) changes in the shipped files."""
+    table, lomo, repeats = computed if computed is not None else compute()
     problems = differences(_reread(table), pd.read_csv(scorecard_file()))
     problems += [f"lomo_models.csv: {p}" for p in differences(_reread(lomo), pd.read_csv(lomo_file()))]
+    problems += [f"repeats.csv: {p}" for p in differences(_reread(repeats), pd.read_csv(repeats_file()))]
     return problems
 
 
@@ -195,6 +215,11 @@ def load_scorecard(path: str | Path | None = None) -> pd.DataFrame:
 
 def lomo_models(path: str | Path | None = None) -> pd.DataFrame:
     return pd.read_csv(path or lomo_file())
+
+
+def repeats(path: str | Path | None = None) -> pd.DataFrame:
+    """The rows the scorecard folded as repeats of another row's measurement (``repeat_of``), per model x GPU."""
+    return pd.read_csv(path or repeats_file())
 
 
 def scored(frame: pd.DataFrame, kind: str = "lomo") -> pd.DataFrame:
@@ -223,7 +248,9 @@ def with_peer(frame: pd.DataFrame, peer: pd.DataFrame | None = None) -> pd.DataF
     """The scorecard with aiconfigurator's estimates beside it; rows it has no estimate for are ``missing``."""
     peer = peer_estimates() if peer is None else peer
     out = frame.merge(peer, on="source_id", how="left")
+    missing = out["aic_status"].isna()
     out["aic_status"] = out["aic_status"].fillna("missing")
+    out.loc[missing, "aic_error_text"] = "no cached estimate of this row (make bench-peers refreshes the cache)"
     for metric in ("ttft_ms_p50", "tpot_ms_p50"):
         value = pd.to_numeric(out[f"aic_{metric}"], errors="coerce").where(out["aic_status"] == "ok")
         out[f"aic_{metric}"] = value
@@ -253,14 +280,13 @@ def main(argv: list[str] | None = None) -> int:
             print(p)
         print(f"{'differs' if problems else 'matches'} {scorecard_file()} ({time.perf_counter() - start:.0f} s)")
         return 1 if problems else 0
-    table, lomo = compute()
-    moved = differences(_reread(table), pd.read_csv(scorecard_file()))
-    moved += [f"lomo_models.csv: {p}" for p in differences(_reread(lomo), pd.read_csv(lomo_file()))]
+    computed = compute()
+    moved = check(computed)
     for p in moved:
         print(p)
-    rows, models = write(Path(args.out) if args.out else None, (table, lomo))
+    rows, models, folded = write(Path(args.out) if args.out else None, computed)
     said = "the same as before" if not moved else f"{len(moved)} columns moved"
-    print(f"wrote {rows} and {models}: {said} ({time.perf_counter() - start:.0f} s)")
+    print(f"wrote {rows}, {models} and {folded}: {said} ({time.perf_counter() - start:.0f} s)")
     return 0
 
 

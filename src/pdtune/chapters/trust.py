@@ -20,7 +20,7 @@ import pandas as pd
 from pdtune.errors import InputError
 from pdtune.perfmodel.heldout import heldout_summary
 from pdtune.perfmodel.validation import error_percentiles, error_table, model_key
-from pdtune.scorecard import COMMAND, load_scorecard, lomo_models, scored, with_peer
+from pdtune.scorecard import COMMAND, load_scorecard, lomo_models, repeats, scored, with_peer
 
 SOURCE = "aiconfigurator's public silicon measurements (ai-dynamo/aiconfigurator, Apache-2.0)"
 PEER = "aiconfigurator 0.12.0"
@@ -86,7 +86,25 @@ def headline(card: Scorecard) -> dict[str, float]:
             out[f"{kind}-{m.split('_')[0]}-median"], out[f"{kind}-{m.split('_')[0]}-p90"] = med, p90
     out["models"] = card.rows["model_key"].nunique()
     out["pairs"] = len(card.rows.groupby(["model_key", "gpu_name"]))
+    out["repeats"] = len(repeats())
     return out
+
+
+def prior_sentence(path: str | None = None) -> str:
+    """Which factors of the shipped defaults the rows decide and which sit at the prior, per architecture, read
+    from ``data/perfmodel/prior_sensitivity.csv`` (written by ``data/perfmodel/fit_defaults.py``)."""
+    from pdtune.paths import data_dir
+
+    table = pd.read_csv(path or data_dir() / "perfmodel" / "prior_sensitivity.csv")
+    parts = []
+    for gpus, frame in table.groupby("gpus", sort=False):
+        by_data = frame.loc[frame["set_by"] == "data", "factor"].tolist()
+        names = ", ".join(f"`{f}`" for f in by_data) or "no factor"
+        parts.append(f"{names} of {len(frame)} on {gpus.upper().replace(' ', ' and ')}")
+    return ("The fit pulls every factor towards hand-set round values (`pdtune.perfmodel.fit.PRIOR`), which were "
+            "not fitted to any row; on these rows the measurements decide only " + "; ".join(parts)
+            + " (they remove at least half of the prior's uncertainty): every other factor, each fixed cost "
+            "among them, stays where the prior puts it (`data/perfmodel/prior_sensitivity.csv`).")
 
 
 def worked_row(card: Scorecard) -> dict[str, Any]:

@@ -17,8 +17,9 @@ from pdtune.io import plain
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel.calibrate import Calibration, load_calibration
 from pdtune.perfmodel.efficiency import Efficiency
-from pdtune.perfmodel.defaults import gpu_defaults
-from pdtune.perfmodel.fit import deployment_key
+from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
+from pdtune.perfmodel.fit import deployment_key, holdout_key
+from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.validation import METRICS, Selection, error_summary, select_rows, validate_rows
 from pdtune.results import GpuCounts, load_results
 from pdtune.topology import is_deployment, parse_deployment, parse_topology
@@ -27,7 +28,10 @@ EPILOG = """\
 Each matching row is predicted at its own topology, concurrency, ISL/OSL, mode, vLLM version and weight precision,
 with the calibration file's factors or the GPU's defaults (data/perfmodel/defaults.csv). Predictions are MODELED;
 the rows are measurements. error = predicted / measured - 1; the summary gives the median and the 90th percentile
-of |error| in percent. Rows the model cannot predict are listed with the reason, never dropped.
+of |error| in percent over the rows the factors were not fitted on (each row is marked in-sample when its
+measurement is one the calibration, or the GPU's shipped defaults, were fitted on: data/perfmodel/fitted_rows.csv;
+with a calibration, rows of the groups it fitted are not scored either). A row repeating another row's measurement
+under another id counts once. Rows the model cannot predict are listed with the reason, never dropped.
 Examples:
   pdtune validate data/clusters/aiconfigurator-silicon --model gpt-oss-120b --gpu h200
   pdtune validate results/ --model llama-3.1-70b --gpu h100 --gpus 8 --topology TP8 --json
@@ -100,22 +104,51 @@ def run(args: argparse.Namespace) -> int:
         defaults = gpu_defaults(gpu.name)
         eff, source = defaults.efficiency, f"defaults for {gpu.name} ({defaults.source}: {defaults.note})"
     points = validate_rows(selection.rows, spec, gpu, eff)
-    points = mark_fitted(points, selection.rows, calibration)
-    summary = error_summary(points[points["predicted"] & ~points["fitted"]])
+    points = mark_fitted(points, selection.rows, calibration, gpu.name)
+    summary = error_summary(points[points["scored"]])
+    in_sample = error_summary(points[points["predicted"] & points["in_sample"] & points["repeat_of"].isna()])
     if args.json:
-        emit_json(report(points, selection, summary, eff, source, name, gpu.name))
+        emit_json(report(points, selection, summary, eff, source, name, gpu.name, in_sample))
     else:
-        print(render(points, selection, summary, source, name, gpu.name))
+        print(render(points, selection, summary, source, name, gpu.name, in_sample))
     return 0
 
 
-def mark_fitted(points: pd.DataFrame, rows: pd.DataFrame, calibration: Calibration | None) -> pd.DataFrame:
-    """``fitted``: the row's deployment is one the calibration was fitted on, so it is not scored."""
-    fitted = set(calibration.fitted_deployments) if calibration is not None else set()
-    keys = rows.apply(deployment_key, axis=1) if len(rows) else pd.Series(dtype=object)
+def mark_fitted(
+    points: pd.DataFrame, rows: pd.DataFrame, calibration: Calibration | None, gpu: str | None = None
+) -> pd.DataFrame:
+    """Per row: ``repeat_of`` (the id of the row whose measurement it repeats, counted once), ``fitted`` (the
+    factors were fitted on this measurement: the calibration's, or the GPU's shipped defaults'), ``start_fitted``
+    (the defaults a calibration started from, and was pulled towards, were fitted on it), ``in_sample`` (either)
+    and ``scored`` (predicted, not in-sample, not in a group the calibration fitted, not a repeat)."""
     out = points.copy()
-    out["deployment"] = [keys.get(i, "") for i in out["row"]] if len(out) else []
-    out["fitted"] = out["deployment"].isin(fitted) if len(out) else []
+    if not len(out):
+        for column in ("deployment", "repeat_of", "fitted", "start_fitted", "in_sample", "scored"):
+            out[column] = []
+        return out
+    keys = rows.apply(deployment_key, axis=1)
+    digests = rows.apply(measurement_digest, axis=1)
+    twin = fold_repeats(rows).repeat_of
+    out["deployment"] = [keys.get(i, "") for i in out["row"]]
+    out["repeat_of"] = [twin.get(i) for i in out["row"]]
+    if calibration is not None:
+        measured = set(calibration.fitted_measurements)
+        groups = rows.apply(lambda r: holdout_key(r, calibration.holdout_by), axis=1)
+        in_group = [groups.get(i, "") in set(calibration.fitted_groups) for i in out["row"]]
+        # A file without measurement digests (written before them) knows only its groups.
+        fitted = [digests.get(i) in measured if measured else g for i, g in zip(out["row"], in_group, strict=True)]
+        start = set(fitted_measurements(gpu)) if gpu and calibration.start == "silicon" else set()
+        start_fitted = [digests.get(i) in start for i in out["row"]]
+    else:
+        measured = set(fitted_measurements(gpu)) if gpu else set()
+        fitted = [digests.get(i) in measured for i in out["row"]]
+        in_group = fitted
+        start_fitted = [False] * len(out)
+    out["fitted"] = fitted
+    out["start_fitted"] = start_fitted
+    out["in_sample"] = out["fitted"] | out["start_fitted"]
+    out["scored"] = (out["predicted"] & ~out["in_sample"] & ~pd.Series(in_group, index=out.index)
+                     & out["repeat_of"].isna())
     return out
 
 
@@ -127,10 +160,14 @@ def report(
     source: str,
     model: str,
     gpu: str,
+    in_sample: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     cols = [c for c in points.columns if c != "row"]
     records = [{k: plain(v) for k, v in r.items()} for r in points[cols].to_dict("records")]
-    scored = [r for r in records if r["predicted"] and not r["fitted"]]
+    scored = [r for r in records if r["scored"]]
+    predicted = points["predicted"] & points["repeat_of"].isna()
+    fitted = int((predicted & points["fitted"]).sum())
+    in_sample_rows = int((predicted & points["in_sample"]).sum())
     return {
         "modeled_vs_measured": True,
         "model": model,
@@ -140,9 +177,14 @@ def report(
         "rows_used": int(len(points)),
         "rows_skipped": selection.skipped,
         "rows_predicted": int(points["predicted"].sum()),
-        "rows_fitted_on": int(points["fitted"].sum()),
+        "rows_repeated": int(points["repeat_of"].notna().sum()),
+        "rows_fitted_on": fitted,
+        "rows_start_fitted_on": int((predicted & points["start_fitted"] & ~points["fitted"]).sum()),
+        "rows_scored": len(scored),
+        "in_sample_share": in_sample_rows / int(predicted.sum()) if int(predicted.sum()) else None,
         "points": scored,
-        "fitted_on": [r for r in records if r["predicted"] and r["fitted"]],
+        "fitted_on": [r for r in records if r["predicted"] and r["in_sample"]],
+        "in_sample_median_abs_pct_error": (in_sample or {}).get("median_abs_pct_error"),
         "unpredicted": [
             {k: r[k] for k in ("source", "path", "source_id", "mode", "topology", "isl", "osl", "concurrency",
                                "reason")}
@@ -155,14 +197,24 @@ def report(
 
 
 def render(
-    points: pd.DataFrame, selection: Selection, summary: dict[str, Any], source: str, model: str, gpu: str
+    points: pd.DataFrame, selection: Selection, summary: dict[str, Any], source: str, model: str, gpu: str,
+    in_sample: dict[str, Any] | None = None,
 ) -> str:
+    predicted = points["predicted"] & points["repeat_of"].isna()
+    fitted = int((predicted & points["in_sample"]).sum())
     lines = [
         f"MODELED predictions beside MEASURED rows: {model} on {gpu}; factors: {source}",
-        f"  {len(points)} rows used, {int(points['predicted'].sum())} predicted"
-        + (f", {int(points['fitted'].sum())} of them fitted on by the calibration (not scored)"
-           if points["fitted"].any() else ""),
+        f"  {len(points)} rows used, {int(points['predicted'].sum())} predicted, {int(points['scored'].sum())} "
+        "scored (not fitted on)",
     ]
+    repeats = int(points["repeat_of"].notna().sum())
+    if repeats:
+        lines.append(f"  {repeats} rows repeat another row's measurement under another id: counted once")
+    if int(predicted.sum()):
+        start = int((predicted & points["start_fitted"] & ~points["fitted"]).sum())
+        lines.append(f"  in-sample: {fitted} of {int(predicted.sum())} predicted measurements "
+                     f"({100 * fitted / int(predicted.sum()):.0f} %) were fitted on by these factors (not scored)"
+                     + (f", {start} of them by the defaults the calibration started from" if start else ""))
     for reason, n in selection.skipped.items():
         lines.append(f"  skipped {n} rows: {reason}")
     lines.append(
@@ -170,7 +222,9 @@ def render(
         f"  {'TPOT ms meas':>12} {'pred':>7} {'err':>6}  source"
     )
     for _, p in points[points["predicted"]].iterrows():
-        mark = " (fitted on)" if p["fitted"] else ""
+        repeat = p["repeat_of"] if isinstance(p["repeat_of"], str) else None
+        mark = (" (fitted on)" if p["in_sample"] else " (in a fitted group)" if not p["scored"] and repeat is None
+                else "") + (f" (repeat of {repeat})" if repeat is not None else "")
         where = f"{p['path']}" + (f"#{p['source_id']}" if p["source_id"] else "")
         lines.append(
             f"  {p['mode']:<6} {str(p['topology']):<16} {p['isl']:>5}/{p['osl']:<4} {p['concurrency']:>5}  "
@@ -184,8 +238,14 @@ def render(
         for reason, n in unpredicted["reason"].value_counts().items():
             lines.append(f"    {n} x {reason}")
     med, p90 = summary["median_abs_pct_error"], summary["p90_abs_pct_error"]
-    lines.append("  |error| over the scored rows: " + "; ".join(
+    lines.append(f"  |error| over the {int(points['scored'].sum())} scored rows: " + "; ".join(
         f"{m}: median {_num(med[m])} %, p90 {_num(p90[m])} %" for m in METRICS))
+    if fitted and in_sample is not None:
+        lines.append("  in-sample residual (rows fitted on; a fit's residual, not a score): " + "; ".join(
+            f"{m}: median {_num(in_sample['median_abs_pct_error'][m])} %" for m in METRICS))
+    if fitted and not int(points["scored"].sum()):
+        lines.append("  every predicted row was fitted on: see data/perfmodel/validation/ (python -m pdtune.scorecard) "
+                     "for the leave-one-model-out score")
     for g in summary["by_model_gpu_mode"]:
         lines.append(
             f"    {g['model']} / {g['gpu']} / {g['mode']} ({g['points']} rows): "

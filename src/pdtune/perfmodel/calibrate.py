@@ -1,11 +1,14 @@
 """Calibration on a user's own sweeps: fit on some deployments, score on the others, write the file.
 
-:func:`calibrate` takes the measured rows of one model on one GPU, splits their deployments
-(:func:`pdtune.perfmodel.fit.split_deployments`: whole deployments, never single points), fits the global
-factors on the fit set only (:func:`pdtune.perfmodel.fit.fit_efficiency`, starting from the GPU's defaults),
-predicts the held-out deployments with the fitted factors and reports their error. The
-:class:`Calibration` it returns is what ``pdtune calibrate --out CAL.yaml`` writes and what ``pdtune predict``,
-``pdtune validate`` and ``pdtune dataset generate`` read back with :func:`load_calibration`::
+:func:`calibrate` takes the measured rows of one model on one GPU, counts a measurement repeated under another id
+once (:func:`pdtune.perfmodel.repeats.fold_repeats`), splits them into whole groups
+(:func:`pdtune.perfmodel.fit.split_deployments` over :func:`pdtune.perfmodel.fit.holdout_key`: whole deployments by
+default, never single points; or, with ``holdout_by="isl"`` or ``"concurrency"``, whole ISLs or concurrencies
+across every deployment, so that a sweep of one deployment can be split too), fits the global factors on the fit
+set only (:func:`pdtune.perfmodel.fit.fit_efficiency`, starting from the GPU's defaults), predicts the held-out
+groups with the fitted factors and reports their error. The :class:`Calibration` it returns is what
+``pdtune calibrate --out CAL.yaml`` writes and what ``pdtune predict``, ``pdtune validate`` and
+``pdtune dataset generate`` read back with :func:`load_calibration`::
 
     pdtune_calibration: 1
     model: gpt-oss-120b            # the model key (last path component of the results' model id)
@@ -13,8 +16,13 @@ predicts the held-out deployments with the fitted factors and reports their erro
     vllm: ["0.18.0"]               # vLLM versions of the rows fitted on
     factors: {compute: 0.61, ...}  # an Efficiency
     start: silicon                 # the defaults the fit started from
-    fitted_on: {deployments: [...], rows: 56, results: [...]}
-    held_out: {deployments: [...], rows: 19, median_abs_pct_error: {...}, p90_abs_pct_error: {...}}
+    holdout_by: deployment         # deployment | isl | concurrency
+    fitted_on: {deployments: [...], groups: [...], rows: 56, measurements: [...], results: [...]}
+    held_out: {deployments: [...], groups: [...], rows: 19, median_abs_pct_error: {...}, p90_abs_pct_error: {...}}
+
+``measurements`` names each row fitted on by a digest of its deployment, workload and measured values
+(:func:`pdtune.perfmodel.defaults.measurement_digest`), so ``pdtune validate`` can mark exactly those rows as
+in-sample; a file without ``holdout_by`` (written before it existed) held out deployments.
 
 A file for another model or GPU than the one it is used with is rejected naming the file and the field.
 """
@@ -37,8 +45,9 @@ from pdtune.gpus import GpuSpec
 from pdtune.io import atomic_write_text
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import FACTORS, Efficiency
-from pdtune.perfmodel.defaults import gpu_defaults
-from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency, split_deployments
+from pdtune.perfmodel.defaults import gpu_defaults, measurement_digest
+from pdtune.perfmodel.fit import HOLDOUT_BY, Problem, deployment_key, fit_efficiency, holdout_key, split_deployments
+from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.validation import error_summary, model_key, validate_rows
 
 FORMAT_VERSION = 1
@@ -58,6 +67,11 @@ class Calibration:
     held_out_error: dict[str, Any] = field(default_factory=dict)  # median/p90 |error| % per metric
     results: tuple[str, ...] = ()
     source: str = ""  # the file it was read from
+    holdout_by: str = "deployment"
+    fitted_groups: tuple[str, ...] = ()  # holdout_key of the groups fitted on (deployments by default)
+    held_out_groups: tuple[str, ...] = ()
+    fitted_measurements: tuple[str, ...] = ()  # measurement_digest of every row fitted on
+    repeats_folded: int = 0  # rows that repeated another row's measurement, counted once
 
     def to_yaml(self) -> str:
         doc = {
@@ -67,14 +81,16 @@ class Calibration:
             "vllm": list(self.vllm),
             "factors": {k: float(v) for k, v in self.efficiency.to_dict().items()},
             "start": self.start,
-            "fitted_on": {"deployments": list(self.fitted_deployments), "rows": self.fitted_rows,
-                          "results": list(self.results)},
-            "held_out": {"deployments": list(self.held_out_deployments), "rows": self.held_out_rows,
-                         **self.held_out_error},
+            "holdout_by": self.holdout_by,
+            "fitted_on": {"deployments": list(self.fitted_deployments), "groups": list(self.fitted_groups),
+                          "rows": self.fitted_rows, "repeats_folded": self.repeats_folded,
+                          "measurements": list(self.fitted_measurements), "results": list(self.results)},
+            "held_out": {"deployments": list(self.held_out_deployments), "groups": list(self.held_out_groups),
+                         "rows": self.held_out_rows, **self.held_out_error},
             "created_by": f"pdtune {__version__}",
         }
         head = ("# pdtune calibration: factors fitted on measured sweeps by `pdtune calibrate`; the held-out\n"
-                "# error is measured on deployments the fit never saw.\n")
+                f"# error is measured on rows of groups ({self.holdout_by}) the fit never saw.\n")
         return head + yaml.safe_dump(doc, sort_keys=False)
 
     def check(self, model: str | None = None, gpu: str | None = None) -> Calibration:
@@ -126,9 +142,14 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
         rows = section.get("rows")
         if rows is not None:
             limits.whole_number(rows, str(source), f"{key}.rows", minimum=0)
-        for item in ("deployments", "results"):
+        for item in ("deployments", "results", "groups", "measurements"):
             if section.get(item) is not None and not isinstance(section[item], list):
                 raise InputError(source, f"{key}.{item}", f"expected a list, got {brief(section[item])}")
+        if section.get("repeats_folded") is not None:
+            limits.whole_number(section["repeats_folded"], str(source), f"{key}.repeats_folded", minimum=0)
+    holdout_by = raw.get("holdout_by", "deployment")
+    if holdout_by not in HOLDOUT_BY:
+        raise InputError(source, "holdout_by", f"must be one of {', '.join(HOLDOUT_BY)}, got {brief(holdout_by)}")
     if raw.get("vllm") is not None and not isinstance(raw["vllm"], list):
         raise InputError(source, "vllm", f"expected a list of versions, got {brief(raw['vllm'])}")
     cal = Calibration(
@@ -144,6 +165,12 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
         held_out_error={k: held[k] for k in ("median_abs_pct_error", "p90_abs_pct_error") if k in held},
         results=tuple(str(r) for r in fitted.get("results") or ()),
         source=str(source),
+        holdout_by=holdout_by,
+        # A file written before groups existed held out deployments: its groups are its deployments.
+        fitted_groups=tuple(str(g) for g in fitted.get("groups") or fitted.get("deployments") or ()),
+        held_out_groups=tuple(str(g) for g in held.get("groups") or held.get("deployments") or ()),
+        fitted_measurements=tuple(str(m) for m in fitted.get("measurements") or ()),
+        repeats_folded=int(fitted.get("repeats_folded") or 0),
     )
     return cal.check(model, gpu)
 
@@ -164,15 +191,20 @@ def calibrate(
     holdout_fraction: float = 0.25,
     start: Efficiency | None = None,
     results: Sequence[str] = (),
+    holdout_by: str = "deployment",
 ) -> CalibrationRun:
-    """Fit on some deployments of ``rows`` (one model, one GPU), score the others, return the calibration."""
+    """Fit on some groups of ``rows`` (one model, one GPU; deployments unless ``holdout_by`` says ``isl`` or
+    ``concurrency``), score the others, return the calibration. Each measurement counts once."""
     if not len(rows):
         raise InputError("calibrate", "rows", "no measured rows of this model on this GPU")
-    keys = rows.apply(deployment_key, axis=1)
+    folded = fold_repeats(rows)
+    rows = folded.rows
+    keys = rows.apply(lambda r: holdout_key(r, holdout_by), axis=1)
     fit_keys, held_keys = split_deployments(list(keys), holdout_fraction)
     fit_rows = rows[keys.isin(fit_keys)]
     held_rows = rows[keys.isin(held_keys)]
     assert not set(fit_rows.index) & set(held_rows.index)
+    deployments = rows.apply(deployment_key, axis=1)
     defaults = gpu_defaults(gpu.name)
     begin = start or defaults.efficiency
     result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin)
@@ -185,12 +217,17 @@ def calibrate(
         efficiency=result.efficiency,
         vllm=tuple(versions),
         start=defaults.source if start is None else "given",
-        fitted_deployments=tuple(fit_keys),
+        fitted_deployments=tuple(sorted(set(deployments[fit_rows.index]))),
         fitted_rows=result.points,
-        held_out_deployments=tuple(held_keys),
+        held_out_deployments=tuple(sorted(set(deployments[held_rows.index]))),
         held_out_rows=int(held_points["predicted"].sum()) if len(held_points) else 0,
         held_out_error={k: summary[k] for k in ("median_abs_pct_error", "p90_abs_pct_error") if k in summary},
         results=tuple(str(r) for r in results),
+        holdout_by=holdout_by,
+        fitted_groups=tuple(fit_keys),
+        held_out_groups=tuple(held_keys),
+        fitted_measurements=tuple(sorted({measurement_digest(r) for _, r in fit_rows.iterrows()})),
+        repeats_folded=folded.folded,
     )
     return CalibrationRun(cal, held_points, result.unpredicted)
 

@@ -19,6 +19,7 @@ A GPU the file does not list uses the article's factors.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -33,6 +34,7 @@ from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, FACTORS, Efficiency
 from pdtune.perfmodel.fit import PRIOR, Problem, fit_efficiency
+from pdtune.perfmodel.repeats import REPEAT_COLUMNS, fold_repeats, measurement_key
 from pdtune.perfmodel.validation import model_key, select_rows
 
 #: The GPUs whose defaults are fitted on the public vLLM measurements; the others keep the article's.
@@ -105,8 +107,13 @@ def silicon_file() -> Path:
     return clusters_dir() / "aiconfigurator-silicon" / "silicon_sample.csv"
 
 
-def silicon_problems(df: pd.DataFrame, gpus: Iterable[str] = SILICON_GPUS) -> dict[tuple[str, str], Problem]:
-    """The vLLM aggregated rows of every bundled model, per (model, GPU): what the defaults are fitted on."""
+def silicon_problems(
+    df: pd.DataFrame, gpus: Iterable[str] = SILICON_GPUS, *, fold: bool = True
+) -> dict[tuple[str, str], Problem]:
+    """The vLLM aggregated rows of every bundled model, per (model, GPU): what the defaults are fitted on.
+
+    With ``fold`` (the default) a measurement repeated under another id is one row
+    (:func:`pdtune.perfmodel.repeats.fold_repeats`); :func:`silicon_repeats` lists the rows that folds away."""
     bundled = {name.lower(): name for name in bundled_models()}
     rows = df[(df.get("backend") == "vllm") & (df["mode"] == "agg")]
     out: dict[tuple[str, str], Problem] = {}
@@ -117,23 +124,105 @@ def silicon_problems(df: pd.DataFrame, gpus: Iterable[str] = SILICON_GPUS) -> di
         for gpu in gpus:
             sel = select_rows(rows, key, gpu)
             if sel.used:
-                out[(key, gpu)] = Problem(spec, load_gpu(gpu), sel.rows)
+                kept = fold_repeats(sel.rows).rows if fold else sel.rows
+                out[(key, gpu)] = Problem(spec, load_gpu(gpu), kept)
     return out
+
+
+def silicon_repeats(problems: dict[tuple[str, str], Problem]) -> pd.DataFrame:
+    """The rows of unfolded ``problems`` (``silicon_problems(..., fold=False)``) that repeat another row's
+    measurement, with the model and GPU, and the id of the row each repeats."""
+    frames = []
+    for (model, gpu), problem in sorted(problems.items()):
+        folded = fold_repeats(problem.rows).repeats
+        if len(folded):
+            frames.append(folded.assign(model_key=model, gpu_name=gpu))
+    columns = ["model_key", "gpu_name", *REPEAT_COLUMNS]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+#: Folders of ``data/clusters/`` that hold measurements kept out of every fit of the defaults, so that pdtune can
+#: be scored on deployments no part of it was fitted on (``benchmarks/bench_heldout.py``).
+HELD_OUT_CLUSTERS = ("inferencex-h200-isl-sweep",)
+
+
+def held_out_folders() -> tuple[Path, ...]:
+    return tuple(clusters_dir() / name for name in HELD_OUT_CLUSTERS)
+
+
+def is_held_out(path: object) -> bool:
+    """Whether a result file lies in one of :data:`HELD_OUT_CLUSTERS` (resolved, so links do not hide it)."""
+    try:
+        where = Path(str(path)).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return any(where == folder.resolve() or folder.resolve() in where.parents for folder in held_out_folders())
+
+
+def _refuse_held_out(problems: Sequence[Problem]) -> None:
+    for problem in problems:
+        paths = problem.rows["path"] if "path" in problem.rows.columns else pd.Series(dtype=object)
+        for path in paths.dropna().unique():
+            if is_held_out(path):
+                raise InputError(str(path), "path", "is held-out data (HELD_OUT_CLUSTERS): never fitted on")
 
 
 def fit_gpu_defaults(
     problems: dict[tuple[str, str], Problem], gpu: str, *, exclude: Sequence[str] = ()
 ) -> tuple[Efficiency, list[str]]:
     """Factors for ``gpu`` fitted on every problem of its architecture (:func:`architecture_of`) whose model is
-    not in ``exclude`` (all GPUs' such problems when the architecture has none), and the models they came from."""
+    not in ``exclude`` (all GPUs' such problems when the architecture has none), and the models they came from.
+    Rows from the held-out folders (:data:`HELD_OUT_CLUSTERS`) are refused."""
     members = architecture_of(gpu)
     mine = [(m, p) for (m, g), p in problems.items() if g in members and m not in exclude]
     if not mine:
         mine = [(m, p) for (m, g), p in problems.items() if m not in exclude]
     if not mine:
         raise InputError("defaults", "models", f"nothing to fit {gpu}'s defaults on")
+    _refuse_held_out([p for _, p in mine])
     result = fit_efficiency([p for _, p in mine], start=PRIOR)
     return result.efficiency, sorted({m for m, _ in mine})
+
+
+def fitted_rows_file() -> Path:
+    return data_dir() / "perfmodel" / "fitted_rows.csv"
+
+
+def measurement_digest(row: pd.Series | dict) -> str:
+    """A short, stable name of one measurement (:func:`pdtune.perfmodel.repeats.measurement_key`)."""
+    return hashlib.sha256(measurement_key(row).encode()).hexdigest()[:16]
+
+
+def write_fitted_rows(path: Path, fitted: dict[str, pd.DataFrame]) -> None:
+    """Which measurements each GPU's defaults were fitted on (``fit_defaults.py`` writes it; ``pdtune validate``
+    marks those rows as in-sample): one line per GPU and row, with the row's id and measurement digest."""
+    lines = ["# the measurements each GPU's silicon defaults were fitted on; written by fit_defaults.py",
+             "gpu,source_id,measurement"]
+    for gpu, rows in fitted.items():
+        for _, row in rows.iterrows():
+            lines.append(f"{gpu},{_quote(str(row.get('source_id') or ''))},{measurement_digest(row)}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@cache
+def _fitted(path: str) -> dict[str, frozenset[str]]:
+    source = Path(path)
+    if not source.exists():
+        return {}
+    with bundled():
+        _header, rows = read_csv(source)
+        out: dict[str, set[str]] = {}
+        for i, row in rows:
+            gpu, digest = (row.get("gpu") or "").strip().lower(), (row.get("measurement") or "").strip()
+            if not gpu or not digest:
+                raise InputError(f"{source}:{i}", "gpu" if not gpu else "measurement", "empty")
+            out.setdefault(gpu, set()).add(digest)
+    return {gpu: frozenset(d) for gpu, d in out.items()}
+
+
+def fitted_measurements(gpu: str) -> frozenset[str]:
+    """The measurement digests ``gpu``'s shipped defaults were fitted on (empty for the article's factors)."""
+    return _fitted(str(fitted_rows_file())).get(gpu.strip().lower(), frozenset())
 
 
 def write_defaults(path: Path, rows: list[GpuDefaults], header_note: str) -> None:

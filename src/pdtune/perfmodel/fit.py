@@ -2,11 +2,15 @@
 
 A **deployment** is one model served on one GPU type with one layout and one weight precision
 (``mode``, ``topology``, quant modes); its rows are the sweep over concurrency and ISL/OSL. Calibration never
-splits a deployment: :func:`split_deployments` sends each deployment, with all its rows (repeated rows
-included), either to the fit or to the held-out set, and :func:`fit_efficiency` only ever sees the first.
+splits the group it holds out: :func:`split_deployments` sends each group (a deployment, or with ``--holdout-by``
+one ISL or concurrency across deployments: :func:`holdout_key`), with all its rows, either to the fit or to the
+held-out set, and :func:`fit_efficiency` only ever sees the first. Callers fold a measurement repeated under
+another id to one row first (:mod:`pdtune.perfmodel.repeats`), so it weighs once.
 
-The fit (``scipy.optimize.least_squares``, robust ``soft_l1`` loss) minimises the log-ratio of predicted to
-measured TTFT and TPOT over the aggregated rows it is given. The time-like factors enter every prediction
+The fit (``scipy.optimize.least_squares``) minimises the robust (soft-L1) misfit of the log-ratio of predicted to
+measured TTFT and TPOT over the aggregated rows it is given, plus a Gaussian pull of every factor towards where it
+starts (:class:`Objective`); how much of each fitted value the rows decide, and how much the pull, is
+:mod:`pdtune.perfmodel.sensitivity`'s question. The time-like factors enter every prediction
 linearly through the step terms of :mod:`pdtune.perfmodel.engine`, so they are fitted on precomputed
 matrices (:class:`TermMatrix`); ``arrival_clustering`` changes which steps a point is made of, so it is searched
 in an outer one-dimensional loop (``scipy.optimize.minimize_scalar``), each trial value re-planning the points.
@@ -84,13 +88,15 @@ PRIOR_WEIGHT = 0.07
 
 #: Where the public-data fits start and what they are pulled towards: physically reasoned round numbers (a third
 #: of the MoE kernels' and most of the dense kernels' peak, NVLink all-reduce latency of ~10 us, a 40 us floor per
-#: layer), not fitted to anything.
+#: layer), set by hand: not fitted to anything, and not taken from a datasheet or a published microbenchmark. The
+#: rows of the public sample move few of them (data/perfmodel/prior_sensitivity.csv): the fixed costs of the shipped
+#: defaults are these values.
 PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, step_overhead_s=0.5e-3,
                    layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
                    expert_compute=0.3, expert_hbm=0.7, attention_hbm=0.6, expert_overhead_s=0.1e-6,
                    seq_overhead_s=10e-6, eager_layer_overhead_s=50e-6)
 
-_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
+FIT_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
           "attention_hbm": 0.1, "expert_overhead_s": 1e-7, "seq_overhead_s": 1e-5,
           "eager_layer_overhead_s": 1e-5, **{n: 0.1 for n in TIED},
           "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
@@ -121,8 +127,26 @@ def deployment_key(row: pd.Series | dict[str, Any]) -> str:
     )
 
 
+#: What ``pdtune calibrate --holdout-by`` holds out whole: deployments (the default), ISLs or concurrencies.
+HOLDOUT_BY = ("deployment", "isl", "concurrency")
+
+
+def holdout_key(row: pd.Series | dict[str, Any], by: str = "deployment") -> str:
+    """The group a row is held out with: its deployment, or one ISL (or concurrency) across every deployment,
+    so that a user with one deployment can still fit on part of a sweep and score the rest."""
+    if by == "deployment":
+        return deployment_key(row)
+    if by not in HOLDOUT_BY:
+        raise InputError("--holdout-by", "holdout_by", f"must be one of {', '.join(HOLDOUT_BY)}, got {by!r}")
+    value = row.get(by)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{by} not recorded"
+    return f"{by} {int(value)}"
+
+
 def split_deployments(keys: Sequence[str], holdout_fraction: float = 0.25) -> tuple[list[str], list[str]]:
-    """(fit, held out): whole deployments, chosen by a stable hash of the key so every run splits the same way.
+    """(fit, held out): whole groups (deployments, or the :func:`holdout_key` of another ``--holdout-by``), chosen
+    by a stable hash of the key so every run splits the same way.
 
     At least one deployment is held out when there are two or more; a single deployment is all fit (and the
     caller has nothing to score it on).
@@ -324,7 +348,7 @@ def _residuals(matrix: TermMatrix, eff: Efficiency) -> np.ndarray:
                            w * np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
 
 
-def _value(eff: Efficiency, name: str) -> float:
+def factor_value(eff: Efficiency, name: str) -> float:
     """A factor's value with its fallbacks resolved (an unset kernel fraction is the generic one)."""
     if name in TIED:
         side, kernel = name.removeprefix("expert_").split("_", 1)
@@ -336,47 +360,72 @@ def _value(eff: Efficiency, name: str) -> float:
 
 
 def _values(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
-    return np.array([_value(eff, n) for n in names], dtype=float)
+    return np.array([factor_value(eff, n) for n in names], dtype=float)
 
 
-def _fit_times(
-    matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
-) -> tuple[Efficiency, float]:
+@dataclass(frozen=True)
+class Objective:
+    """What one fit minimises, spelt out so the fit and its sensitivity (:mod:`pdtune.perfmodel.sensitivity`)
+    use the same terms: the robust data misfit plus a Gaussian pull of each factor towards where it starts."""
+
+    matrix: TermMatrix
+    start: Efficiency
+    names: tuple[str, ...]
+    lo: np.ndarray
+    hi: np.ndarray
+    x0: np.ndarray  # where the fit starts, and what it is pulled towards
+    sigma: np.ndarray  # one "sigma" of the pull per factor (PRIOR_SIGMA)
+    weight: float  # the pull's weight: PRIOR_WEIGHT x sqrt(2 x problems)
+    tied: tuple[tuple[int, int], ...]  # (kernel fraction, generic fraction) pulled towards each other
+    free: np.ndarray  # factors pulled towards x0 (the tied ones are not)
+    f_scale: float  # the robust loss's scale: residuals beyond it count linearly
+
+    def make(self, x: np.ndarray) -> Efficiency:
+        return replace(self.start, **{n: float(v) for n, v in zip(self.names, x, strict=True)})
+
+    def data(self, x: np.ndarray) -> np.ndarray:
+        """The data residuals after the robust loss: their squares sum to soft-L1's cost of the log-ratios."""
+        r = _residuals(self.matrix, self.make(x))
+        f = self.f_scale
+        return np.sign(r) * np.sqrt(2 * f * f * (np.sqrt(1 + (r / f) ** 2) - 1))
+
+    def prior(self, x: np.ndarray) -> np.ndarray:
+        out = np.where(self.free, x - self.x0, 0.0)
+        for i, j in self.tied:
+            out[i] = x[i] - x[j]
+        return self.weight * out / self.sigma
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        return np.concatenate([self.data(x), self.prior(x)])
+
+
+def objective(matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int) -> Objective:
     names = list(factors)
     if FIT_KERNELS:
         names += [n for n in KERNEL_FACTORS if n not in names and _kernel_of(n) in matrix.kernels]
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
-    x0 = np.clip(_values(start, names), lo, hi)
-    sigma = np.array([PRIOR_SIGMA[n] for n in names])
-    weight = PRIOR_WEIGHT * math.sqrt(2 * problems)
     # A kernel's fraction that the start leaves unset is pulled towards the generic fraction's current value
     # (when that is fitted too); one the start sets (a calibration starting from fitted defaults), towards it.
-    tied = [(i, names.index(TIED[n])) for i, n in enumerate(names)
-            if n in TIED and TIED[n] in names and getattr(start, n) is None]
+    tied = tuple((i, names.index(TIED[n])) for i, n in enumerate(names)
+                 if n in TIED and TIED[n] in names and getattr(start, n) is None)
     free = np.ones(len(names), dtype=bool)
     for i, _ in tied:
         free[i] = False
+    return Objective(matrix, start, tuple(names), lo, hi, np.clip(_values(start, names), lo, hi),
+                     np.array([PRIOR_SIGMA[n] for n in names]), PRIOR_WEIGHT * math.sqrt(2 * problems), tied, free,
+                     0.1 * float(matrix.weight.mean()))
 
-    def make(x: np.ndarray) -> Efficiency:
-        return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
 
-    def prior(x: np.ndarray) -> np.ndarray:
-        out = np.where(free, x - x0, 0.0)
-        for i, j in tied:
-            out[i] = x[i] - x[j]
-        return weight * out / sigma
-
-    result = least_squares(
-        lambda x: np.concatenate([_residuals(matrix, make(x)), prior(x)]),
-        x0,
-        bounds=(lo, hi),
-        loss="soft_l1",
-        f_scale=0.1 * float(matrix.weight.mean()),
-        x_scale=np.array([_SCALE[n] for n in names]),
-        max_nfev=400,
-    )
-    return make(result.x), float(result.cost)
+def _fit_times(
+    matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
+) -> tuple[Efficiency, float]:
+    goal = objective(matrix, start, factors, problems)
+    # The robust loss is applied to the data residuals only (Objective.data), never to the pull: a robust pull
+    # would be an L1 penalty that pins every factor the data does not push hard to exactly where it started.
+    result = least_squares(goal.residuals, goal.x0, bounds=(goal.lo, goal.hi), loss="linear",
+                           x_scale=np.array([FIT_SCALE[n] for n in goal.names]), max_nfev=400)
+    return goal.make(result.x), float(result.cost)
 
 
 def _kernel_of(name: str) -> str:

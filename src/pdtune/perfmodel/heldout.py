@@ -1,7 +1,8 @@
 """Scoring the model only on data it was not fitted on: leave one model out, hold out whole deployments.
 
 Two scores for every measured aggregated row of a bundled model (aiconfigurator's public vLLM sweeps, or any
-results table):
+results table; the problems come with repeated measurements already folded to one row,
+:func:`pdtune.perfmodel.defaults.silicon_problems`, so no measurement is scored twice or fitted on twice):
 
 * **uncalibrated, leave-one-model-out**: the row is predicted with default factors for its GPU refitted on
   every *other* model measured on a GPU of its architecture (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`

@@ -77,13 +77,16 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     except InputError as exc:
         raise _with_yaml_hint(exc, values) from None
     resolved = _resolve(scenario, source.parent, source)
-    check_inputs(resolved, source)
-    given = set(values) | {f"plan.{k}" for k in (values.get("plan") or {}) if isinstance(values.get("plan"), dict)}
-    try:
-        resolved = fill_defaults(resolved, given, str(source))
-    except InputError as exc:
-        raise InputError(source, exc.field, exc.message) from None
-    resolved.check_against_model(str(source))
+    from pdtune.switches import vllm_environment
+
+    with vllm_environment(resolved.environment(str(source)), "vllm_env"):  # what every check plans with
+        check_inputs(resolved, source)
+        given = set(values) | {f"plan.{k}" for k in (values.get("plan") or {}) if isinstance(values.get("plan"), dict)}
+        try:
+            resolved = fill_defaults(resolved, given, str(source))
+        except InputError as exc:
+            raise InputError(source, exc.field, exc.message) from None
+        resolved.check_against_model(str(source))
     return Parameters(source=source, scenario=scenario, resolved=resolved)
 
 

@@ -485,11 +485,15 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
             files = ", ".join(f"`{r}`" for r in pick.get("recipes") or []) or "none written (`plan.recipes: false`)"
             lines.append(f"- {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
                          f"GPUs at concurrency {pick['concurrency']}: {_num(pick['tps_per_gpu'])} tok/s per GPU, "
-                         f"{_num(pick['tps_per_user'])} tok/s per user, TTFT {_num(pick['ttft_ms_p50'], 0)} ms "
+                         f"{_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user, TTFT "
+                         f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms "
                          f"({pick['kv_transfer_share']:.1%} KV transfer); recipes: {files}")
+            if pick.get("comparison"):
+                lines.append(f"  {pick['comparison']}")
         else:
             lines.append(f"- {pick['sla']}: nothing meets it; the closest is {pick['deployment']} (row "
-                         f"{pick['row']}): {_num(pick['tps_per_user'])} tok/s per user")
+                         f"{pick['row']}): {_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user")
+    lines += [f"- {w}" for w in plan.get("warnings") or []]
     return lines
 
 

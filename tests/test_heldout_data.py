@@ -1,0 +1,74 @@
+"""The held-out real runs (data/clusters/inferencex-h200-isl-sweep/) load as they are and never enter a fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pdtune.errors import InputError
+from pdtune.gpus import load_gpu
+from pdtune.guarded import read_csv
+from pdtune.model import load_model
+from pdtune.perfmodel.defaults import (
+    HELD_OUT_CLUSTERS,
+    fit_gpu_defaults,
+    fitted_rows_file,
+    held_out_folders,
+    is_held_out,
+    measurement_digest,
+    silicon_file,
+)
+from pdtune.perfmodel.fit import Problem
+from pdtune.perfmodel.validation import select_rows
+from pdtune.results import load_results
+
+FOLDER = held_out_folders()[0]
+
+
+@pytest.fixture(scope="module")
+def heldout() -> pd.DataFrame:
+    return load_results([str(FOLDER)])
+
+
+def test_every_file_loads_in_milliseconds_from_its_seconds_keys(heldout: pd.DataFrame) -> None:
+    files = sorted(FOLDER.glob("*/results/*.json"))
+    assert len(files) == len(heldout) == 117
+    # the unit comes from the key: median_ttft (no _ms) is seconds in this format
+    one = FOLDER / "minimax-m2.5" / "results" / "minimax_m25_vllm_dep8_isl1024_osl128_conc4.json"
+    record = json.loads(one.read_text())
+    row = heldout[heldout["path"] == str(one)].iloc[0]
+    assert row["ttft_ms_p50"] == pytest.approx(record["median_ttft"] * 1000)
+    assert row["tpot_ms_p50"] == pytest.approx(0.01580887369254208 * 1000)
+    assert row["ttft_ms_p99"] == pytest.approx(record["p99_ttft"] * 1000)
+    assert (row["isl"], row["osl"], row["concurrency"], row["gpus_total"]) == (1024, 128, 4, 8)
+
+
+def test_the_folder_is_held_out_and_a_fit_refuses_its_rows(heldout: pd.DataFrame) -> None:
+    assert FOLDER.name in HELD_OUT_CLUSTERS and FOLDER.is_dir()
+    assert all(is_held_out(p) for p in heldout["path"])
+    assert not is_held_out(silicon_file())
+    rows = select_rows(heldout.assign(topology="TEP8"), "minimax-m2.5", "h200").rows
+    problem = Problem(load_model("minimax-m2.5"), load_gpu("h200"), rows)
+    with pytest.raises(InputError) as err:
+        fit_gpu_defaults({("minimax-m2.5", "h200"): problem}, "h200")
+    assert err.value.field == "path" and "held-out" in err.value.message
+
+
+def test_none_of_its_measurements_is_among_the_rows_the_defaults_were_fitted_on(heldout: pd.DataFrame) -> None:
+    _header, rows = read_csv(fitted_rows_file())
+    fitted = [(row["gpu"], row["source_id"], row["measurement"]) for _, row in rows]
+    assert fitted  # written by data/perfmodel/fit_defaults.py
+    silicon_ids = set(load_results(silicon_file())["source_id"])
+    assert {s for _, s, _ in fitted} <= silicon_ids  # every fitted row is a silicon row ...
+    digests = {d for _, _, d in fitted}
+    mine = {measurement_digest(r) for _, r in heldout.assign(gpu="h200").iterrows()}
+    assert not mine & digests  # ... and none of the held-out runs
+
+
+def test_the_fit_script_reads_only_the_silicon_file() -> None:
+    script = Path(__file__).resolve().parents[1] / "data" / "perfmodel" / "fit_defaults.py"
+    text = script.read_text(encoding="utf-8")
+    assert "load_results(silicon_file())" in text and "clusters_dir" not in text
