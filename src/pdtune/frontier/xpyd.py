@@ -206,6 +206,19 @@ class IsolatedSweep:
     model: str | None
     capacity: np.ndarray | None = None  # requests/s of one worker at each point
 
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """A prefill sweep's capacities in ascending order and, per position, the point rate matching runs
+        when a rate per worker needs that capacity or more: the lightest (lowest TTFT, then concurrency, then
+        row) among that position and all above it, i.e. among the points that keep up."""
+        assert self.capacity is not None
+        n_p = self.capacity.size
+        rows = np.arange(n_p)
+        by_capacity = np.lexsort((rows, self.concurrency, self.latency, self.capacity))
+        lightness = np.empty(n_p, dtype=np.int64)
+        lightness[np.lexsort((rows, self.concurrency, self.latency))] = rows
+        lightest_from = np.minimum.accumulate(lightness[by_capacity][::-1])[::-1]
+        return self.capacity[by_capacity], np.argsort(lightness)[lightest_from]
+
 
 def _target_isl(prefill_df: pd.DataFrame, isl: int | None) -> int:
     if isl is not None:
@@ -265,16 +278,9 @@ def _joined(df: pd.DataFrame, column: str, rows: np.ndarray) -> str:
 def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray, point: np.ndarray, isl: int,
                 osl: int, floats: np.ndarray, ints: np.ndarray, bottleneck: np.ndarray) -> None:
     """Fill one (prefill deployment, decode deployment) block: one row per ``(x[i], y[i], point[i])``."""
-    assert p.capacity is not None and d.capacity is not None
-    # Prefill points by capacity; for each position the lightest point (lowest TTFT, then concurrency,
-    # then row) among it and all with more capacity, i.e. among those that can keep up with a given rate.
-    n_p = p.capacity.size
-    by_capacity = np.lexsort((np.arange(n_p), p.concurrency, p.latency, p.capacity))
-    capacity_sorted = p.capacity[by_capacity]
-    lightness = np.empty(n_p, dtype=np.int64)
-    lightness[np.lexsort((np.arange(n_p), p.concurrency, p.latency))] = np.arange(n_p)
-    lightest_from = np.minimum.accumulate(lightness[by_capacity][::-1])[::-1]
-    row_of_lightness = np.argsort(lightness)
+    assert d.capacity is not None
+    capacity_sorted, point_from = p.levels()
+    n_p = capacity_sorted.size
 
     # Everything on the reduced ratio x/g : y/g, then scaled by g: per-GPU numbers equal for multiples.
     g = np.gcd(x, y)
@@ -287,7 +293,7 @@ def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray
     pos = np.zeros(x.size, dtype=np.int64)
     for k in range(n_p):
         pos += xr * capacity_sorted[k] < rate_r
-    chosen = row_of_lightness[lightest_from[pos]]
+    chosen = point_from[pos]
     limit = np.where(prefill_rate < decode_rate, 0, np.where(prefill_rate > decode_rate, 1, 2))
     tokens = float(isl + osl)
     per_gpu = rate_r * tokens / (xr * p.gpus + yr * d.gpus)
