@@ -30,7 +30,7 @@ from pdtune import __version__
 from pdtune import limits
 from pdtune.errors import InputError, brief
 from pdtune.gpus import load_gpu
-from pdtune.io import output_folder, read_mapping, release, remove_stale, staging_dir
+from pdtune.io import output_folder, read_mapping, release, remove_stale, staging_dir, write_text
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
@@ -359,14 +359,14 @@ def write_tree(root: Path, spec: DatasetSpec) -> list[Path]:
         bench = job_dir / "logs" / f"sa-bench_isl_{first.isl}_osl_{first.osl}"
         bench.mkdir(parents=True, exist_ok=True)
         meta = job_dir / f"{job.job_id}.json"
-        meta.write_text(_dump(_metadata(job, spec)), encoding="utf-8")
+        write_text(meta, _dump(_metadata(job, spec)))
         written.append(meta)
         for p in job.predictions:
             path = bench / _file_name(p)
-            path.write_text(_dump(result_record(p, spec)), encoding="utf-8")
+            write_text(path, _dump(result_record(p, spec)))
             written.append(path)
     path = root / MANIFEST
-    path.write_text(_dump(manifest(spec)), encoding="utf-8")
+    write_text(path, _dump(manifest(spec)))
     written.append(path)
     return written
 

@@ -34,7 +34,7 @@ import yaml
 
 from pdtune import guarded
 from pdtune.errors import InputError
-from pdtune.io import output_folder, release, remove_stale, staging_dir
+from pdtune.io import output_folder, release, remove_stale, staging_dir, write_text
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
 from pdtune.topology import Topology, parse_topology
@@ -432,7 +432,7 @@ def _write_all(target: Path, files: dict[str, str]) -> list[Path]:
     staging = staging_dir(target)
     try:
         for name, text in files.items():
-            (staging / name).write_text(text, encoding="utf-8")
+            write_text(staging / name, text)
             if name.endswith(".sh"):
                 (staging / name).chmod(0o755)
         for name in files:  # a folder or a FIFO where a recipe goes is refused before anything moves
