@@ -90,6 +90,44 @@ def candidate_topologies(spec: ModelSpec, max_gpus: int) -> list[Topology]:
     return out
 
 
+def check_listed_layouts(spec: ModelSpec, s: PlanSettings) -> None:
+    """The layouts the user lists (``--prefill-topologies``, ``--decode-topologies``) pass the checks the
+    workbook runs on its own lists (:func:`pdtune.scenario.layout_problem`: the name, TP against the heads
+    and head groups, ``+EP`` only with experts, EP and PP ranks): a layout vLLM cannot start is bad input,
+    not a candidate rejected for memory."""
+    from pdtune.scenario import layout_problem
+
+    for role, names in (("prefill", s.prefill_topologies), ("decode", s.decode_topologies)):
+        for name in names or ():
+            problem = layout_problem(spec, name, max_model_len=s.isl + s.osl, kv_cache_dtype=s.kv_cache_dtype,
+                                     vllm=s.vllm, source=f"--{role}-topologies")
+            if problem:
+                shown = problem if repr(name.strip()) in problem else f"{name.strip()}: {problem}"
+                raise InputError(f"--{role}-topologies", "topology", shown)
+
+
+def _check_measured(df: pd.DataFrame, spec: ModelSpec, s: PlanSettings, where: str) -> None:
+    """Measured sweeps are this model's, and their layouts can run it: the rules ``pdtune validate`` and the
+    workbook apply (the row's model by :func:`pdtune.perfmodel.validation.model_key`; the layout by
+    :func:`pdtune.scenario.layout_problem`). Rows that name no model are taken for the plan's."""
+    from pdtune.perfmodel.validation import model_key
+    from pdtune.scenario import layout_problem
+
+    want = model_key(spec.name)
+    if "model" in df.columns:
+        for path, model in df[["path", "model"]].drop_duplicates().itertuples(index=False):
+            if isinstance(model, str) and model.strip() and model_key(model) != want:
+                raise InputError(path if isinstance(path, str) and path else where, "model",
+                                 f"{where}: a sweep of {model.strip()}, and the plan is for {spec.name}: rate "
+                                 "matching another model's sweeps would plan that model")
+    for topology, path in df.groupby("topology", sort=True)["path"].first().items():
+        problem = layout_problem(spec, str(topology), max_model_len=s.isl + s.osl, kv_cache_dtype=s.kv_cache_dtype,
+                                 vllm=s.vllm, source=where)
+        if problem:
+            raise InputError(path if isinstance(path, str) and path else where, "topology",
+                             f"{where}: {topology}: {problem}")
+
+
 def spans_nvlink_domain(gpu: GpuSpec, topology: Topology) -> bool:
     """Whether one TP or EP group of ``topology`` spans more than one NVLink domain of ``gpu``: the groups whose
     collectives :mod:`pdtune.perfmodel.network` charges at the NIC's bandwidth and latency."""
@@ -207,6 +245,7 @@ def _measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: st
             raise InputError(df["path"].iloc[0], "isl",
                              f"the prefill sweep ran ISL {int(isl.iloc[0])}, the plan is for ISL {s.isl}")
     df = canonical_topologies(df)
+    _check_measured(df, spec, s, where)
     df["mtp_tokens"] = pd.to_numeric(df["mtp_tokens"], errors="coerce").fillna(0)
     config = s.engine_config(role)
     wanted = _wanted(s.prefill_topologies if role == "prefill" else s.decode_topologies, f"--{role}-topologies")

@@ -19,6 +19,7 @@ from pdtune.perfmodel import build_engine
 from pdtune.plan.inputs import DEFAULT_FLOORS, PlanSettings, ROW_COLUMNS, Sla, TpotP90, tpot_p90_rule
 from pdtune.plan.pools import (
     Candidate,
+    check_listed_layouts,
     Factors,
     Rejected,
     _Pool,
@@ -219,6 +220,7 @@ def plan(
         load_link(g, "scale_out")  # a GPU without link data is bad input before any work
     factors = pool_factors(s, prefill_gpu, decode_gpu)
     s.extras()  # an unreadable --speculative-model is bad input before any work
+    check_listed_layouts(spec, s)
     p90 = tpot_p90_rule(s.tpot_p90_factor)
     pools = {}
     for role, gpu, given in (("prefill", prefill_gpu, prefill_results), ("decode", decode_gpu, decode_results)):
