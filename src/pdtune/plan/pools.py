@@ -58,9 +58,12 @@ class Rejected:
     gpu: str
     topology: str
     reason: str
+    # where the refusal came from (the InputError's file or flag and field): what to blame when every layout
+    # of a pool is refused for the same cause (not written into the plan file)
+    cause: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {"role": self.role, "gpu": self.gpu, "topology": self.topology, "reason": self.reason}
 
 
 def candidate_topologies(spec: ModelSpec, max_gpus: int) -> list[Topology]:
@@ -213,7 +216,8 @@ def _modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings, eff
                     preds = predict_decode(spec, gpu, topo, grid, isl=s.isl, osl=s.osl, mtp_tokens=k,
                                            acceptance=s.acceptance, config=config, efficiency=eff)
             except InputError as err:
-                pool.rejected.append(Rejected(role, gpu.name, topo.name + (f"+MTP{k}" if k else ""), err.message))
+                pool.rejected.append(Rejected(role, gpu.name, topo.name + (f"+MTP{k}" if k else ""), err.message,
+                                              (err.source, err.field)))
                 continue
             frame = _pareto_points(to_frame(preds).assign(topology=topo.canonical), role, s.osl)
             if role == "prefill":  # past saturation more clients only queue: twice the last useful point

@@ -266,6 +266,17 @@ def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], pre
         smallest = min(c.gpus for c in sides["prefill"]) + min(c.gpus for c in sides["decode"])
         if smallest <= s.max_gpus:
             return
+    for role in ("prefill", "decode"):
+        if sides[role]:
+            continue
+        # Every layout refused for one cause that is not its memory (a DCP no TP is a multiple of, a setting
+        # of the engine): that cause is the bad input, not the budget.
+        refused = [r for r in pools[role].rejected if r.cause is not None]
+        causes = {r.cause for r in refused}
+        if len(causes) == 1 and refused[0].cause is not None and refused[0].cause[1] != "kv_cache":
+            source, field_ = refused[0].cause
+            raise InputError(source, field_, f"no {role} layout of {spec.name} can run with it: "
+                                             f"{refused[0].topology}: {refused[0].reason}")
     smallest = _smallest_deployment(spec, s, prefill_gpu, decode_gpu)
     where = f"{spec.name} on {prefill_gpu.name}" + (f"/{decode_gpu.name}" if s.mixed else "")
     if smallest is None:
@@ -608,7 +619,11 @@ def _picks(rows: pd.DataFrame, slas: Sequence[Sla], *, require_sla: bool, meetin
             r = rows.loc[best]
             p90 = (f" (p90 {r['tpot_ms_p90']:.1f} ms: {r['tpot_p90_basis']})"
                    if sla.max_tpot_ms_p90 is not None else "")
-            raise InputError("SLA", sla.describe(),
+            flags = "/".join(flag for flag, value in (("--min-tps-per-user", sla.min_tps_per_user),
+                                                      ("--max-ttft-ms", sla.max_ttft_ms),
+                                                      ("--max-tpot-ms-p90", sla.max_tpot_ms_p90))
+                             if value is not None)
+            raise InputError(flags or "SLA", sla.describe(),
                              f"no deployment within the budget meets it; the closest is {r['deployment']} at "
                              f"concurrency {int(r['concurrency'])}: {r['tps_per_user']:.1f} tokens/s per user, "
                              f"TTFT {r['ttft_ms_p50']:,.0f} ms, TPOT {r['tpot_ms_p50']:.1f} ms{p90}, "
