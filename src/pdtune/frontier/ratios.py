@@ -25,13 +25,39 @@ from fractions import Fraction
 
 #: A ratio as the worker counts of its lowest terms: (prefill workers x, decode workers y).
 Pair = tuple[int, int]
+#: A rational bound or target as (numerator, denominator), denominator > 0, not necessarily in lowest terms
+#: (a float's ``as_integer_ratio`` products, used as they come: reducing them would cost a gcd of 100-bit
+#: integers per use), or a :class:`~fractions.Fraction`.
+Rational = tuple[int, int] | Fraction
+
+
+def as_pair(value: Rational | int) -> tuple[int, int]:
+    """``(numerator, denominator)`` of a rational, denominator positive."""
+    if isinstance(value, tuple):
+        num, den = value
+    elif isinstance(value, Fraction):
+        num, den = value.numerator, value.denominator
+    else:
+        num, den = int(value), 1
+    if den <= 0:
+        if den == 0:
+            raise ValueError("a ratio needs a non-zero denominator")
+        num, den = -num, -den
+    return num, den
+
+
+def quotient(a: float, b: float) -> tuple[int, int]:
+    """``a / b`` of two positive floats, exactly, as an integer pair."""
+    an, ad = float(a).as_integer_ratio()
+    bn, bd = float(b).as_integer_ratio()
+    return an * bd, ad * bn
 
 
 def _cost(y: int, x: int, gp: int, gd: int) -> int:
     return gp * x + gd * y
 
 
-def nearest_ratios(target: Fraction, gp: int, gd: int, budget: int, *,
+def nearest_ratios(target: Rational, gp: int, gd: int, budget: int, *,
                    side: int = 0) -> tuple[Pair | None, Pair | None]:
     """The ratios ``y / x`` (lowest terms, ``x, y >= 1``, ``gp x + gd y <= budget``) nearest ``target``.
 
@@ -39,39 +65,31 @@ def nearest_ratios(target: Fraction, gp: int, gd: int, budget: int, *,
     ``side=-1``: ``(largest < target, smallest >= target)``; ``side=1``: ``(largest <= target,
     smallest > target)``. None where no ratio fits on that side.
     """
-    if gp < 1 or gd < 1 or target <= 0:
+    p, q = as_pair(target)
+    if gp < 1 or gd < 1 or p <= 0:
         raise ValueError("nearest_ratios needs positive GPU counts and a positive target")
-    p, q = target.numerator, target.denominator
     # Fractions as (numerator y, denominator x); L = 0/1 and R = 1/0 are the tree's bounds (not ratios).
     ly, lx, ry, rx = 0, 1, 1, 0
-
-    def goes_left(y: int, x: int) -> int:
-        """-1: the fraction lies left of the target (it becomes L), 1: right (it becomes R), 0: it is it."""
-        diff = y * q - p * x  # sign of y/x - p/q
-        if diff == 0:
-            return 0 if side == 0 else (-1 if side > 0 else 1)
-        return -1 if diff < 0 else 1
-
     while True:
         my, mx = ly + ry, lx + rx
-        if _cost(my, mx, gp, gd) > budget:
+        if gp * mx + gd * my > budget:
             break
-        where = goes_left(my, mx)
-        if where == 0:
-            return (mx, my), (mx, my)
+        diff = my * q - p * mx  # sign of my/mx - p/q
+        if diff == 0:
+            if side == 0:
+                return (mx, my), (mx, my)
+            where = -1 if side > 0 else 1  # the target itself goes to the side asked to include it
+        else:
+            where = -1 if diff < 0 else 1
         if where < 0:
             # L + kR stays left for k up to a bound; take every such step within the budget at once.
-            n_l = p * lx - q * ly  # > 0 (or 0 when L is the target, side > 0)
-            d_r = q * ry - p * rx  # > 0 (or 0 when R is the target, side < 0)
-            k = _steps(n_l, d_r, strict=side <= 0)
-            room = (budget - _cost(ly, lx, gp, gd)) // _cost(ry, rx, gp, gd)
+            k = _steps(p * lx - q * ly, q * ry - p * rx, strict=side <= 0)
+            room = (budget - gp * lx - gd * ly) // (gp * rx + gd * ry)
             k = max(1, min(k, room))
             ly, lx = ly + k * ry, lx + k * rx
         else:
-            d_r = q * ry - p * rx
-            n_l = p * lx - q * ly
-            k = _steps(d_r, n_l, strict=side >= 0)
-            room = (budget - _cost(ry, rx, gp, gd)) // _cost(ly, lx, gp, gd)
+            k = _steps(q * ry - p * rx, p * lx - q * ly, strict=side >= 0)
+            room = (budget - gp * rx - gd * ry) // (gp * lx + gd * ly)
             k = max(1, min(k, room))
             ry, rx = ry + k * ly, rx + k * lx
     below = (lx, ly) if ly >= 1 else None
@@ -86,29 +104,30 @@ def _steps(own: int, other: int, *, strict: bool) -> int:
     return (own - 1) // other if strict else own // other
 
 
-def count_pairs(gp: int, gd: int, budget: int, lo: Fraction | None = None, hi: Fraction | None = None) -> int:
+def count_pairs(gp: int, gd: int, budget: int, lo: Rational | None = None, hi: Rational | None = None) -> int:
     """How many ``(x, y)``, ``x, y >= 1``, with ``gp x + gd y <= budget`` and ``lo <= y / x <= hi`` (every pair,
     not only lowest terms; None = no bound)."""
     if gp < 1 or gd < 1:
         raise ValueError("count_pairs needs positive GPU counts")
     x_max = (budget - gd) // gp
-    if x_max < 1 or (lo is not None and hi is not None and lo > hi):
-        return 0
-    if hi is not None and hi <= 0:
-        return 0
-    if lo is not None and lo <= 0:
-        lo = None
-    # x beyond B / (gp + gd lo) has no y: the budget line passes below the lower bound there.
-    if lo is not None:
-        x_max = min(x_max, _floor(Fraction(budget) / (gp + gd * lo)))
     if x_max < 1:
         return 0
+    ln, ld = as_pair(lo) if lo is not None else (0, 1)
+    if hi is not None:
+        hn, hd = as_pair(hi)
+        if hn <= 0 or ln * hd > hn * ld:
+            return 0
+    if ln > 0:
+        # x beyond B / (gp + gd lo) has no y: the budget line passes below the lower bound there.
+        x_max = min(x_max, budget * ld // (gp * ld + gd * ln))
+        if x_max < 1:
+            return 0
     # Where each bound binds: y <= hi x up to B / (gp + gd hi), the budget after; y >= 1 up to 1 / lo.
     cuts = {0, x_max}
     if hi is not None:
-        cuts.add(min(x_max, _floor(Fraction(budget) / (gp + gd * hi))))
-    if lo is not None:
-        cuts.add(min(x_max, _floor(1 / lo)))
+        cuts.add(min(x_max, budget * hd // (gp * hd + gd * hn)))
+    if ln > 0:
+        cuts.add(min(x_max, ld // ln))
     edges = sorted(cuts)
     total = 0
     for start, stop in zip(edges[:-1], edges[1:], strict=True):
@@ -116,21 +135,17 @@ def count_pairs(gp: int, gd: int, budget: int, lo: Fraction | None = None, hi: F
         if last < first:
             continue
         n = last - first + 1
-        mid = Fraction(first + last, 2)
-        if hi is not None and mid * (gp + gd * hi) <= budget:
-            upper = _sum_floor(n, first, hi.numerator, 0, hi.denominator)  # floor(hi x)
+        twice_mid = first + last
+        if hi is not None and twice_mid * (gp * hd + gd * hn) <= 2 * budget * hd:
+            upper = _sum_floor(n, first, hn, 0, hd)  # floor(hi x)
         else:
             upper = _sum_floor(n, first, -gp, budget, gd)  # floor((B - gp x) / gd)
-        if lo is not None and mid * lo > 1:
-            lower = -_sum_floor(n, first, -lo.numerator, 0, lo.denominator)  # ceil(lo x)
+        if ln > 0 and twice_mid * ln > 2 * ld:
+            lower = -_sum_floor(n, first, -ln, 0, ld)  # ceil(lo x)
         else:
             lower = n  # y >= 1
         total += upper - lower + n
     return total
-
-
-def _floor(value: Fraction) -> int:
-    return value.numerator // value.denominator
 
 
 def _sum_floor(n: int, first: int, a: int, b: int, m: int) -> int:

@@ -31,19 +31,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 
-from pdtune.frontier.ratios import count_pairs, nearest_ratios
+from pdtune.frontier.ratios import count_pairs, nearest_ratios, quotient
 from pdtune.frontier.xpyd import IsolatedSweep, RatePairs
 from pdtune.plan.inputs import Sla
 from pdtune.transfer import NVLINK, SCALE_OUT
 
-#: A ratio this close to its target (relative) may fall on either side of it in floating point: its next
+#: A ratio within 1 / _NEAR of its target (relative) may fall on either side of it in floating point: its next
 #: neighbour outward is a candidate too.
-_NEAR = Fraction(1, 10**9)
+_NEAR = 10**9
+#: An exact rational as an unreduced (numerator, denominator) pair (pdtune.frontier.ratios).
+Ratio = tuple[int, int]
+
+
+def _less(a: Ratio, b: Ratio) -> bool:
+    return a[0] * b[1] < b[0] * a[1]
 
 
 @dataclass(frozen=True)
@@ -76,15 +81,15 @@ class _Band:
     gd: int
     gpus_above: int  # rows with more GPUs than this (0, or the NVLink domain for the NIC's rows) ...
     gpus_upto: int  # ... and at most this many
-    r_lo: Fraction | None  # the KV stream fits the link for r_lo <= y / x <= r_hi (None: no bound)
-    r_hi: Fraction | None
-    steps: tuple[Fraction, ...]  # per prefill position k: rows with y / x <= steps[k] run at most that point
+    r_lo: Ratio | None  # the KV stream fits the link for r_lo <= y / x <= r_hi (None: no bound)
+    r_hi: Ratio | None
+    steps: tuple[Ratio, ...]  # per prefill position k: rows with y / x <= steps[k] run at most that point
     ttft: np.ndarray  # per position: TTFT with the transfer (ms)
     tps_per_user: float
     tpot_ms_p90: float
 
-    def count(self, hi: Fraction | None = None) -> int:
-        top = self.r_hi if hi is None else (hi if self.r_hi is None else min(hi, self.r_hi))
+    def count(self, hi: Ratio | None = None) -> int:
+        top = self.r_hi if hi is None else (hi if self.r_hi is None or _less(hi, self.r_hi) else self.r_hi)
         inside = count_pairs(self.gp, self.gd, self.gpus_upto, self.r_lo, top)
         if self.gpus_above:
             inside -= count_pairs(self.gp, self.gd, self.gpus_above, self.r_lo, top)
@@ -136,15 +141,15 @@ class Staircase:
             self.counts["rate_matched_rows"] += n_points * everything
             capacity, point_from = p.levels()
             ttft_at = p.latency[point_from]
-            top = Fraction(float(capacity[-1]))
+            top = float(capacity[-1])
             tpot_p90 = self._tpot_p90(d, t.measured_p99)
             rows: set[tuple[int, int, int]] = set()
             for j in range(n_points):
                 if int(d.concurrency[j]) > t.room:  # the whole point is over KV room (NaN room: never)
                     self.counts["rows_over_kv_room_after_block_size"] += everything
                     continue
-                rate = Fraction(float(d.capacity[j]))
-                steps = tuple(Fraction(float(c)) / rate for c in capacity)
+                rate = float(d.capacity[j])
+                steps = tuple(quotient(c, rate) for c in capacity.tolist())
                 for scope, (above, upto) in links.items():
                     link = t.links[scope]
                     r_lo, r_hi = _link_band(link, top, rate)
@@ -183,36 +188,43 @@ class Staircase:
                 ok = int(np.count_nonzero(band.ttft <= sla.max_ttft_ms))  # TTFT rises with the position
                 if ok == 0:
                     continue
-                if ok < band.ttft.size and band.steps[ok - 1] < band.steps[-1]:
+                if ok < band.ttft.size and _less(band.steps[ok - 1], band.steps[-1]):
                     hi = band.steps[ok - 1]
             total += band.count(hi)
         return total
 
 
-def _link_band(link: LinkTerms, top: Fraction, rate: Fraction) -> tuple[Fraction | None, Fraction | None]:
+def _link_band(link: LinkTerms, top: float, rate: float) -> tuple[Ratio | None, Ratio | None]:
     """Ratios whose KV stream fits the link: per prefill rank ``min(P, r D) / dp_p * send`` and per decode rank
-    ``min(P / r, D) / dp_d * recv`` at most the bandwidth."""
-    bandwidth = Fraction(link.bandwidth)
-    send, recv = Fraction(link.send), Fraction(link.recv)
+    ``min(P / r, D) / dp_d * recv`` at most the bandwidth (exact in the floats' own values)."""
+    bw_n, bw_d = float(link.bandwidth).as_integer_ratio()
+    send_n, send_d = float(link.send).as_integer_ratio()
+    recv_n, recv_d = float(link.recv).as_integer_ratio()
+    top_n, top_d = float(top).as_integer_ratio()
+    rate_n, rate_d = float(rate).as_integer_ratio()
     r_hi = r_lo = None
-    if send > 0 and top * send > link.p_dp * bandwidth:
-        r_hi = link.p_dp * bandwidth / (rate * send)
-    if recv > 0 and rate * recv > link.d_dp * bandwidth:
-        r_lo = top * recv / (link.d_dp * bandwidth)
+    # P * send > dp_p * bw: the prefill side saturates past r = dp_p * bw / (D * send)
+    if send_n > 0 and top_n * send_n * bw_d > link.p_dp * bw_n * top_d * send_d:
+        r_hi = (link.p_dp * bw_n * rate_d * send_d, bw_d * rate_n * send_n)
+    # D * recv > dp_d * bw: the decode side saturates below r = P * recv / (dp_d * bw)
+    if recv_n > 0 and rate_n * recv_n * bw_d > link.d_dp * bw_n * rate_d * recv_d:
+        r_lo = (top_n * recv_n * bw_d, top_d * recv_d * link.d_dp * bw_n)
     return r_lo, r_hi
 
 
-def _around(target: Fraction, gp: int, gd: int, budget: int) -> list[tuple[int, int]]:
+def _around(target: Ratio, gp: int, gd: int, budget: int) -> list[tuple[int, int]]:
     """The ratios within ``budget`` nearest ``target`` on each side, and the next ones out when a nearest lies
     within rounding of the target (the float comparison may put it on the other side)."""
     below, above = nearest_ratios(target, gp, gd, budget)
     out = [r for r in (below, above) if r is not None]
-    if below is not None and target - Fraction(below[1], below[0]) <= target * _NEAR:
-        further = nearest_ratios(Fraction(below[1], below[0]), gp, gd, budget, side=-1)[0]
+    p, q = target
+    # y / x within target / _NEAR of p / q: |p x - q y| * _NEAR <= p x
+    if below is not None and (p * below[0] - q * below[1]) * _NEAR <= p * below[0]:
+        further = nearest_ratios((below[1], below[0]), gp, gd, budget, side=-1)[0]
         if further is not None:
             out.append(further)
-    if above is not None and Fraction(above[1], above[0]) - target <= target * _NEAR:
-        further = nearest_ratios(Fraction(above[1], above[0]), gp, gd, budget, side=1)[1]
+    if above is not None and (q * above[1] - p * above[0]) * _NEAR <= p * above[0]:
+        further = nearest_ratios((above[1], above[0]), gp, gd, budget, side=1)[1]
         if further is not None:
             out.append(further)
     return out
