@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation scheduler-traces
 
 venv: $(STAMP)
 
@@ -64,6 +64,17 @@ lab: venv assets
 
 bench: venv
 	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status
+
+# vLLM's own scheduler on this CPU, step by step, for pdtune.sim to replay (tests/test_sim_traces.py): vLLM 0.33.0
+# from PyPI in its own venv (VLLM_REF, git-ignored, ~9 GB; never the project's venv); the traces are data
+# (data/vllm/scheduler-traces/), rewritten here and replayed at once. `make scheduler-traces VLLM_REF=/path` reuses
+# an existing venv.
+VLLM_REF ?= .vllm-ref
+scheduler-traces: venv
+	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
+	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
+	nice $(VLLM_REF)/bin/python scripts/scheduler_traces.py --out data/vllm/scheduler-traces
+	$(BIN)/python -m pdtune.sim.trace data/vllm/scheduler-traces
 
 # The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
 # or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script

@@ -831,6 +831,47 @@ def build(root: Path) -> list[Case]:
                         (("log", log33, "--model", qwen32, "--speculative-model", "no-such"), "no-such")):
         label = "-".join(a.name if isinstance(a, Path) else str(a) for a in argv[1:])
         add(0, f"{argv[0]}-{label[-50:]}", *argv, names=names)
+
+    # pdtune simulate (issue 23): workload flags, trace files, the per-request CSV.
+    sim = ("simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1")
+    tr = root / "traces"
+    bad_traces = {
+        "decreasing": ("arrival_s,isl,osl\n1,100,10\n0.5,100,10\n", "row 2: arrival_s"),
+        "no-osl": ("arrival_s,isl\n0,100\n", "osl"),
+        "fraction": ("arrival_s,isl,osl\n0,10.5,4\n", "row 1: isl"),
+        "nan": ("arrival_s,isl,osl\nnan,100,4\n", "row 1: arrival_s"),
+        "zero-osl": ("arrival_s,isl,osl\n0,100,0\n", "osl"),
+        "empty": ("arrival_s,isl,osl\n", "rows"),
+        "huge-isl": (f"arrival_s,isl,osl\n0,{2**40},4\n", "isl"),
+    }
+    for name, (text, field) in bad_traces.items():
+        path = write(tr / f"{name}.csv", text)
+        add(0, f"simulate-trace-{name}", *sim, "--trace", path, names=path.name, field=field)
+    add(0, "simulate-trace-fifo", *sim, "--trace", fifo(tr / "fifo.csv"), names="fifo.csv")
+    add(0, "simulate-trace-folder", *sim, "--trace", tr, names="traces")
+    add(0, "simulate-trace-with-isl", *sim, "--trace", write(tr / "ok.csv", "arrival_s,isl,osl\n0,100,4\n"),
+        "--isl", "10", names="--trace")
+    for argv, names in ((("--concurrency", "0", "--isl", "10", "--osl", "4"), "--concurrency"),
+                        (("--concurrency", "4", "--isl", "10"), "--osl"),
+                        (("--concurrency", "4", "--rate", "2", "--isl", "10", "--osl", "4"), "--rate"),
+                        (("--rate", "0", "--isl", "10", "--osl", "4"), "--rate"),
+                        (("--rate", "nan", "--isl", "10", "--osl", "4"), "--rate"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--range-ratio", "1.5"), "--range-ratio"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--acceptance", "2"), "--acceptance"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--harness", "locust"), "--harness"),
+                        (("--concurrency", "4", "--isl", "1000", "--osl", "40", "--max-model-len", "500"),
+                         "--max-model-len"),
+                        (("--concurrency", "4", "--isl", "10", "--osl", "4", "--max-concurrency", "2"),
+                         "--max-concurrency"),
+                        (("--concurrency", "1e30", "--isl", "10", "--osl", "4"), "--concurrency"),
+                        (("--concurrency", "4", "--isl", str(2**40), "--osl", "4"), "--isl")):
+        add(0, f"simulate-{'-'.join(argv)[-50:]}", *sim, *argv, names=names)
+    add(0, "simulate-disagg-osl-1", "simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "1xTP1:1xTP1",
+        "--concurrency", "2", "--isl", "64", "--osl", "1", names="--osl")
+    add(0, "simulate-csv-below-a-file", *sim, "--concurrency", "2", "--isl", "64", "--osl", "4", "--num-prompts", "2",
+        "--csv", out / "a-file" / "requests.csv", names="a-file")
+    add(0, "simulate-csv-folder", *sim, "--concurrency", "2", "--isl", "64", "--osl", "4", "--num-prompts", "2",
+        "--csv", out / "a-folder", names="a-folder")
     _issue22(add, root, base=base, log33=log33, qwen32=qwen32, good_result=good_result, silicon=silicon,
              params_ok=params_ok)
     return [c for c in cases if c is not None]

@@ -49,6 +49,10 @@ RESULTS_CASES = [
     (["results", str(BAD / "rollup-missing-column")], "benchmark-rollup.csv", "Median TPOT"),
     (["results", str(BAD / "sglang-broken-line.jsonl"), "--gpus", "8"], "sglang-broken-line.jsonl", "line 2"),
     (["results", str(BAD / "bad-sidecar")], "pdtune-gpus.yaml", "gpus"),
+    # seconds-keyed vllm bench JSON: a latency key that names no unit; ms and s spellings that disagree
+    (["results", str(BAD / "seconds-no-unit.json"), "--gpus", "4"], "seconds-no-unit.json", "ttft"),
+    (["results", str(BAD / "seconds-and-ms-disagree.json"), "--gpus", "4"], "seconds-and-ms-disagree.json",
+     "median_ttft"),
     # no GPU counts anywhere: a per-GPU figure would be a guess
     (["results", str(GOOD / "vllm_bench" / "qwen3-32b-c64-no-percentiles.json")], "qwen3-32b-c64-no-percentiles.json",
      "gpus"),

@@ -420,11 +420,15 @@ class Engine:
     def step_terms(self, batch: Batch) -> StepTerms:
         """The step as :class:`StepTerms`, every pipeline stage in turn (their sum)."""
         total: StepTerms | None = None
-        for index in range(len(self.stages)):
-            terms = self._stage_terms(index, batch)
+        for terms in self.stage_terms(batch):
             total = terms if total is None else total + terms
         assert total is not None
         return total
+
+    def stage_terms(self, batch: Batch) -> list[StepTerms]:
+        """The step as :class:`StepTerms` on one GPU of each pipeline stage (``stage_times`` without the
+        factors): what the step-level simulator (:mod:`pdtune.sim`) caches and re-times."""
+        return [self._stage_terms(index, batch) for index in range(len(self.stages))]
 
     def _stage_terms(self, index: int, batch: Batch) -> StepTerms:
         gpu, topo = self.gpu, self.topology

@@ -8,6 +8,18 @@ Keys: ``max_concurrency``, ``completed``, ``total_input_tokens``, ``output_throu
 computed from them the way vLLM does (TPOT per request = (latency - TTFT) / (output tokens - 1)).
 vLLM does not store ISL/OSL; they come from the caller's hints (folder names), ``--metadata`` keys, or the
 measured means ``total_input_tokens / completed``.
+
+**Seconds under keys without ``_ms``.** Other copies keep the same statistics in seconds and drop the suffix:
+``median_ttft``, ``p99_tpot``, ``median_e2el``. InferenceX's ``utils/process_result.py``
+(SemiAnalysisAI/InferenceX) writes its ``agg_*.json`` so, from a ``vllm bench serve`` result (every ``*_ms`` key
+renamed without ``_ms`` and divided by 1000), with ``conc``, ``tp``, ``ep``, ``tput_per_gpu`` and
+``output_tput_per_gpu`` (the throughputs divided by TP). The unit is read from the key's name, never guessed from
+its value: ``*_ms`` is milliseconds, ``*_s`` seconds, and vLLM bench's bare statistic names
+(``{mean,median,std,p<N>}_{ttft,tpot,itl,e2el}``) seconds; a latency key that names no unit (``ttft``,
+``mean_TTFT``, ``ttft_p99``) is refused, and so is a record carrying both spellings of one statistic with values
+that disagree. Such files record no topology: it comes from the record's deployment keys, a topology in the file
+or folder name (``.../TP4/...``, ``tp2dp4-ep``), or InferenceX's ``tp``/``ep``; the GPU counts from ``--gpus``, a
+sidecar, or InferenceX's ``tp``.
 """
 
 from __future__ import annotations
@@ -23,6 +35,14 @@ from pdtune.results.schema import Row, deployment_fields, number, text, whole
 
 SOURCE = "vllm-bench"
 
+#: vLLM bench's statistic names without a unit suffix: seconds (see the module).
+_BARE_STAT = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)$")
+#: A key that holds a latency statistic, whatever its spelling.
+_LATENCY_WORD = re.compile(r"(?i)(ttft|tpot|(?<![a-z])itl|e2el|e2e_latency)")
+#: Latency keys whose unit is known without a suffix: the per-request arrays (seconds, vLLM's own).
+_KNOWN_ARRAYS = {"ttfts", "itls"}
+_NAME_TOPOLOGY = re.compile(r"(?i)(?<![a-z0-9])(tep\d+|tp\d+(?:dp\d+)?(?:pp\d+)?)(?:[-+_]?(ep))?(?![a-z0-9])")
+
 _SGLANG_MARKERS = ("total_output_tokens_retokenized", "input_throughput", "median_e2e_latency_ms", "total_throughput")
 _VLLM_MARKERS = ("total_token_throughput", "median_e2el_ms", "endpoint_type", "burstiness", "tokenizer_id")
 _NAME_CONCURRENCY = re.compile(r"concurrency[_-]?(\d+)", re.IGNORECASE)
@@ -31,17 +51,47 @@ _NAME_ISL_OSL = re.compile(r"isl[_-]?(\d+)[_-]osl[_-]?(\d+)", re.IGNORECASE)
 
 def kind(record: dict[str, Any]) -> str | None:
     """``"vllm"`` or ``"sglang"`` for a serving-benchmark record, else None."""
-    if not any(k in record for k in ("median_tpot_ms", "median_ttft_ms", "output_throughput", "max_concurrency")):
+    if not any(k in record for k in ("median_tpot_ms", "median_ttft_ms", "output_throughput", "max_concurrency",
+                                     "median_tpot", "median_ttft", "tput_per_gpu")):
         return None
     if any(k in record for k in _SGLANG_MARKERS) and not any(k in record for k in _VLLM_MARKERS):
         return "sglang"
     return "vllm"
 
 
+def check_units(record: dict[str, Any], source: str) -> None:
+    """Every latency key must name its unit (see the module); refuse the first that does not."""
+    for key in record:
+        if not isinstance(key, str) or not _LATENCY_WORD.search(key) or key in _KNOWN_ARRAYS:
+            continue
+        if key.endswith("_ms") or key.endswith("_s") or _BARE_STAT.match(key):
+            continue
+        raise InputError(source, key, "names no unit: a latency key ends in _ms or _s, or is vLLM bench's "
+                                      "median_ttft-style name in seconds; pdtune does not guess a unit from values")
+
+
+def stat_ms(record: dict[str, Any], stat: str, metric: str, source: str) -> tuple[float | None, str]:
+    """One statistic in milliseconds and the key it came from: ``*_ms``, else ``*_s`` or the bare name (seconds).
+    Two spellings of one statistic must agree (to 0.5 %)."""
+    found: list[tuple[float, str]] = []
+    for key, scale in ((f"{stat}_{metric}_ms", 1.0), (f"{stat}_{metric}_s", 1000.0), (f"{stat}_{metric}", 1000.0)):
+        if key in record:
+            value = number(record[key], source, key)
+            if value is not None:
+                found.append((value * scale, key))
+    if not found:
+        return None, f"{stat}_{metric}_ms"
+    first, key = found[0]
+    for other, other_key in found[1:]:
+        if abs(other - first) > 0.005 * max(abs(first), abs(other)):
+            raise InputError(source, other_key, f"says {other:g} ms but {key} says {first:g} ms")
+    return first, key
+
+
 def percentile(record: dict[str, Any], metric: str, p: int, source: str) -> float | None:
-    key = f"p{p}_{metric}_ms"
-    if key in record:
-        return number(record[key], source, key)
+    value, _ = stat_ms(record, f"p{p}", metric, source)
+    if value is not None:
+        return value
     legacy = record.get(f"percentiles_{metric}_ms")
     if isinstance(legacy, list):
         for pair in legacy:
@@ -59,6 +109,21 @@ def name_hints(path: Path) -> dict[str, int]:
         if "isl" not in hints and (hit := _NAME_ISL_OSL.search(part)):
             hints["isl"], hints["osl"] = int(hit.group(1)), int(hit.group(2))
     return hints
+
+
+def name_topology(path: Path) -> str | None:
+    """A topology written into the file or folder name (``TP4``, ``tp2dp4-ep``, ``TEP8``), canonical."""
+    from pdtune.topology import parse_topology
+
+    for part in (path.stem, path.parent.name):
+        hit = _NAME_TOPOLOGY.search(part)
+        if hit:
+            text = hit.group(1).upper() + ("+EP" if hit.group(2) else "")
+            try:
+                return parse_topology(text, f"{path} (file or folder name)").canonical
+            except InputError:
+                return None
+    return None
 
 
 class _PerRequest:
@@ -141,6 +206,9 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
     source = str(path)
     label = f"{source}{where}"
     hints = name_hints(path) if hints is None else hints
+    check_units(record, label)
+    if "max_concurrency" not in record and "conc" in record:
+        return _inferencex_agg_rows(path, record, hints, label)
     completed, concurrency = completed_and_concurrency(record, label, hints)
 
     isl = _first_int(record, ("isl", "input_len", "random_input_len"), label) or hints.get("isl")
@@ -155,8 +223,9 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         total_tps = output_tps + total_in / duration
 
     detail = _PerRequest(record, label)
-    ttft_p50 = number(record.get("median_ttft_ms"), label, "median_ttft_ms")
-    tpot_p50 = number(record.get("median_tpot_ms"), label, "median_tpot_ms")
+    ttft_p50, ttft_key = stat_ms(record, "median", "ttft", label)
+    tpot_p50, tpot_key = stat_ms(record, "median", "tpot", label)
+    tpot_mean, _ = stat_ms(record, "mean", "tpot", label)
     ttft_p99 = percentile(record, "ttft", 99, label)
     tpot_p99 = percentile(record, "tpot", 99, label)
     row: Row = {
@@ -171,16 +240,70 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         "ttft_ms_p50": ttft_p50 if ttft_p50 is not None else detail.ms("ttft", 50),
         "ttft_ms_p99": ttft_p99 if ttft_p99 is not None else detail.ms("ttft", 99),
         "tpot_ms_p50": tpot_p50 if tpot_p50 is not None else detail.ms("tpot", 50),
-        "tpot_ms_mean": number(record.get("mean_tpot_ms"), label, "mean_tpot_ms"),
+        "tpot_ms_mean": tpot_mean,
         "tpot_ms_p99": tpot_p99 if tpot_p99 is not None else detail.ms("tpot", 99),
         "_label": label,
-        "_fields": {"tpot_ms_p50": "median_tpot_ms", "throughput": "output_throughput",
+        "_fields": {"tpot_ms_p50": tpot_key, "throughput": "output_throughput",
                     "total_tps": "total_token_throughput", "output_tps": "output_throughput",
-                    "ttft_ms_p50": "median_ttft_ms", "ttft_ms_p99": "p99_ttft_ms", "tpot_ms_p99": "p99_tpot_ms"},
+                    "ttft_ms_p50": ttft_key, "ttft_ms_p99": stat_ms(record, "p99", "ttft", label)[1],
+                    "tpot_ms_p99": stat_ms(record, "p99", "tpot", label)[1]},
         "_output_tokens": number(record.get("total_output_tokens"), label, "total_output_tokens"),
         "_duration_s": duration,
     }
     row.update(deployment_fields(record, label))
+    if row.get("topology") is None and row.get("prefill_topology") is None:
+        row["topology"] = name_topology(path)
+    return [row]
+
+
+def _inferencex_agg_rows(path: Path, record: dict[str, Any], hints: dict[str, int], label: str) -> list[Row]:
+    """InferenceX's ``agg_*.json`` (``utils/process_result.py``): seconds-keyed statistics, ``conc``, ``tp``,
+    ``ep``, and throughputs per GPU (divided by TP)."""
+    from pdtune.results.gpus import GpuCounts
+
+    concurrency = whole(record.get("conc"), label, "conc")
+    if "concurrency" in hints and hints["concurrency"] != concurrency:
+        raise InputError(label, "conc", f"is {concurrency} but the file name says concurrency {hints['concurrency']}")
+    tp = whole(record.get("tp"), label, "tp", required=True)
+    ep = whole(record.get("ep"), label, "ep") or 1
+    per_gpu_total = number(record.get("tput_per_gpu"), label, "tput_per_gpu")
+    per_gpu_output = number(record.get("output_tput_per_gpu"), label, "output_tput_per_gpu")
+    gpus = GpuCounts.aggregated(tp)
+    p, d = record.get("num_prefill_gpu"), record.get("num_decode_gpu")
+    disagg = str(record.get("disagg", "false")).lower() == "true"
+    if disagg and p is not None and d is not None:
+        gpus = GpuCounts.disaggregated(whole(p, label, "num_prefill_gpu"), whole(d, label, "num_decode_gpu"))
+    ttft_p50, ttft_key = stat_ms(record, "median", "ttft", label)
+    tpot_p50, tpot_key = stat_ms(record, "median", "tpot", label)
+    dp_attention = str(record.get("dp_attention", "false")).lower() == "true"
+    topology = name_topology(path)
+    if topology is None and not disagg and not dp_attention:
+        topology = f"TP{tp}" + ("+EP" if ep > 1 else "")
+    isl = _first_int(record, ("isl",), label) or hints.get("isl")
+    osl = _first_int(record, ("osl",), label) or hints.get("osl")
+    row: Row = {
+        "source": SOURCE,
+        "path": str(path),
+        "model": text(record.get("model")),
+        "isl": isl,
+        "osl": osl,
+        "concurrency": concurrency,
+        "total_tps": None if per_gpu_total is None else per_gpu_total * tp,
+        "output_tps": None if per_gpu_output is None else per_gpu_output * tp,
+        "ttft_ms_p50": ttft_p50,
+        "ttft_ms_p99": percentile(record, "ttft", 99, label),
+        "tpot_ms_p50": tpot_p50,
+        "tpot_ms_mean": stat_ms(record, "mean", "tpot", label)[0],
+        "tpot_ms_p99": percentile(record, "tpot", 99, label),
+        "topology": topology,
+        "mode": "disagg" if gpus.is_disaggregated else "agg",
+        "gpus": gpus,
+        "_label": label,
+        "_fields": {"tpot_ms_p50": tpot_key, "throughput": "tput_per_gpu", "total_tps": "tput_per_gpu",
+                    "output_tps": "output_tput_per_gpu", "ttft_ms_p50": ttft_key,
+                    "ttft_ms_p99": "p99_ttft", "tpot_ms_p99": "p99_tpot"},
+        "modeled": False,
+    }
     return [row]
 
 

@@ -1,0 +1,174 @@
+"""pdtune.sim end to end: conservation, the KV pool's bounds, ordered tails, the fast path's exactness, DP ranks,
+speculative decoding, the tidy row."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pdtune.gpus import load_gpu
+from pdtune.model import load_model
+from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.engine import EngineConfig, build_engine
+from pdtune.results.schema import TIDY_COLUMNS
+from pdtune.sim import SimConfig, closed_loop, open_loop, simulate, trace
+from pdtune.topology import parse_topology
+
+EFF = default_efficiency("h100")
+
+
+@cache
+def small_engine(util: float = 0.9, mnbt: int = 2048):  # type: ignore[no-untyped-def]
+    """Llama-3.1-8B on one H100 (2 GiB of start-up overheads): quick to step; gpu_memory_utilization 0.225 leaves
+    a KV cache of 431 blocks (about six 1024 + 128-token requests), 0.9 one of 23,000."""
+    return build_engine(load_model("llama-3.1-8b"), load_gpu("h100"), parse_topology("TP1"), isl=1024, osl=128,
+                        config=EngineConfig(vllm="0.33", max_num_batched_tokens=mnbt, max_num_seqs=256,
+                                            gpu_memory_utilization=util, kv_cache_dtype="auto",
+                                            overheads_gib=(1.0, 0.5, 0.5)))
+
+
+def _check_run(result, pool_blocks: int) -> None:  # type: ignore[no-untyped-def]
+    for r in result.records:
+        assert sum(r.chunk_tokens) == r.osl  # every request finishes with exactly its output length
+        assert r.t_send <= r.t_arrive <= r.t_first <= r.t_last
+        assert all(a <= b for a, b in zip(r.chunks, r.chunks[1:], strict=False))
+    for tl in result.timelines.values():
+        assert max(tl.kv_used, default=0) <= pool_blocks - 1  # never more blocks than the pool (one is the null block)
+    s = result.stats()
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        assert s[f"{metric}_ms_p99"] >= s[f"{metric}_ms_p90"] >= s[f"{metric}_ms_p50"] > 0
+
+
+workloads = st.tuples(st.integers(1, 24), st.integers(16, 1500), st.integers(2, 60), st.sampled_from([0.0, 0.5]),
+                      st.booleans(), st.sampled_from([0.9, 0.225]))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads)
+def test_conservation_pool_bounds_tails_and_the_fast_path(w) -> None:  # type: ignore[no-untyped-def]
+    """Hypothesis over closed loops (concurrency, ISL, OSL, range ratio, async scheduling, a roomy or a tiny KV
+    cache): every request ends with exactly its output tokens, KV blocks never exceed the pool, p99 >= p90 >= p50,
+    and the bulk decode runs (pdtune.sim.fastpath) give the same run, chunk by chunk, as stepping every request."""
+    c, isl, osl, ratio, asynchronous, util = w
+    engine = small_engine(util)
+    workload = closed_loop(c, isl, osl, num_prompts=3 * c, range_ratio=ratio)
+    cfg = SimConfig(async_scheduling=asynchronous)
+    fast = simulate(engine, workload, efficiency=EFF, config=cfg)
+    slow = simulate(engine, workload, efficiency=EFF, config=replace(cfg, fast_path=False))
+    blocks = fast.meta["kv_blocks_per_rank"]
+    _check_run(fast, blocks)
+    assert [(r.chunks, r.chunk_tokens, r.preemptions) for r in fast.records] == \
+        [(r.chunks, r.chunk_tokens, r.preemptions) for r in slow.records]
+    assert fast.timeline_frame().equals(slow.timeline_frame())
+
+
+def test_preemption_under_a_tiny_cache_still_conserves_tokens() -> None:
+    engine = small_engine(0.225)
+    result = simulate(engine, closed_loop(16, 1000, 400, num_prompts=32), efficiency=EFF)
+    assert result.preemptions > 0
+    _check_run(result, result.meta["kv_blocks_per_rank"])
+
+
+def test_mtp_drafts_keep_1_plus_k_times_a_tokens_per_step_on_average() -> None:
+    """DeepSeek-V3 with one MTP draft token per step, acceptance 0.5 (SpecDecode: Binomial(K, A) accepted): a
+    request's chunks hold 1 or 2 tokens, 1.5 on average, and each still ends with exactly its output length."""
+    spec = load_model("deepseek-v3")
+    gpu = load_gpu("h200")
+    engine = build_engine(spec, gpu, parse_topology("TP8"), isl=512, osl=200, mtp_tokens=1,
+                          config=EngineConfig(vllm="0.33", max_num_batched_tokens=8192, max_num_seqs=256))
+    result = simulate(engine, closed_loop(8, 512, 200, num_prompts=16), efficiency=default_efficiency("h200"),
+                      config=SimConfig(acceptance=0.5))
+    tokens = np.concatenate([np.asarray(r.chunk_tokens[1:]) for r in result.records])
+    assert set(tokens) <= {1, 2}
+    assert 1.45 < tokens.mean() < 1.55
+    _check_run(result, result.meta["kv_blocks_per_rank"])
+
+
+def test_moe_dp_ranks_step_in_lockstep_behind_the_load_balancer() -> None:
+    """Mixtral on TP1DP4+EP: one lockstep engine of four ranks; vLLM's DP load balancer spreads 8 clients two
+    per rank (equal scores go round robin)."""
+    spec = load_model("mixtral-8x7b")
+    gpu = load_gpu("h200")
+    engine = build_engine(spec, gpu, parse_topology("TP1DP4+EP"), isl=256, osl=32,
+                          config=EngineConfig(vllm="0.33", max_num_batched_tokens=4096, max_num_seqs=256))
+    result = simulate(engine, closed_loop(8, 256, 32, num_prompts=8), efficiency=default_efficiency("h200"))
+    assert result.meta["dp_lockstep"] and list(result.timelines) == ["engine"]
+    ranks = [r.engine for r in result.records]
+    assert sorted(np.bincount(ranks, minlength=4)) == [2, 2, 2, 2]
+    _check_run(result, result.meta["kv_blocks_per_rank"])
+
+
+def test_dense_dp_ranks_are_independent_engines() -> None:
+    engine = build_engine(load_model("llama-3.1-8b"), load_gpu("h100"), parse_topology("TP1DP2"), isl=512, osl=32,
+                          config=EngineConfig(vllm="0.33", max_num_batched_tokens=2048, max_num_seqs=256))
+    result = simulate(engine, closed_loop(6, 512, 32, num_prompts=12), efficiency=EFF)
+    assert sorted(result.timelines) == ["rank0", "rank1"] and not result.meta["dp_lockstep"]
+    assert {r.engine for r in result.records} == {0, 1}
+    assert result.gpus == 2
+
+
+def test_open_loop_and_trace_workloads_send_at_their_times() -> None:
+    engine = small_engine()
+    result = simulate(engine, open_loop(4.0, 300, 20, num_prompts=20), efficiency=EFF)
+    sends = [r.t_send - result.records[0].t_send for r in result.records]
+    assert max(sends) == pytest.approx(20 / 4.0 - (result.records[0].t_send - result.records[0].t_send), rel=0.3)
+    rows = [(0.0, 100, 5), (0.5, 200, 10), (0.5, 50, 3), (2.0, 400, 8)]
+    result = simulate(engine, trace(rows), efficiency=EFF)
+    assert [round(r.t_send, 6) for r in result.records] == [0.0, 0.5, 0.5, 2.0]
+    assert [r.osl for r in result.records] == [5, 10, 3, 8]
+
+
+def test_the_tidy_row_is_labelled_modeled_and_has_the_schema() -> None:
+    result = simulate(small_engine(), closed_loop(4, 512, 64, num_prompts=8), efficiency=EFF)
+    row = result.to_row()
+    assert row["modeled"] is True and row["source"] == "pdtune-sim"
+    assert set(row) == set(TIDY_COLUMNS)
+    frame = result.to_frame()
+    assert list(frame.columns)[: len(TIDY_COLUMNS)] == list(TIDY_COLUMNS) and bool(frame.modeled.iloc[0])
+    assert row["tps_per_user"] == pytest.approx(1000 / row["tpot_ms_p50"])
+    assert row["tps_per_gpu"] == pytest.approx(row["total_tps"] / row["gpus_total"])
+
+
+def test_a_step_cost_reused_with_other_factors_re_times_without_rebuilding_terms() -> None:
+    """simulate(cost=...): the StepCost's cached terms survive; with_efficiency re-times with other factors (what a
+    calibration loop re-evaluating trial factor sets needs). The same factors give the same run."""
+    engine = small_engine()
+    workload = closed_loop(8, 700, 60, num_prompts=24)
+    first = simulate(engine, workload, efficiency=EFF)
+    evaluated = first.cost.evaluations
+    again = simulate(engine, workload, efficiency=EFF, cost=first.cost)
+    assert again.cost.evaluations == evaluated  # no new terms for the same batches
+    assert [r.chunks for r in again.records] == [r.chunks for r in first.records]
+    slower = simulate(engine, workload, efficiency=replace(EFF, step_overhead_s=EFF.step_overhead_s + 0.005),
+                      cost=first.cost)
+    assert slower.stats()["tpot_ms_p50"] > first.stats()["tpot_ms_p50"] + 4
+
+
+def test_the_fast_path_is_exact_with_several_engines() -> None:
+    """Dense DP ranks are independent engines and a disaggregated deployment has two pools: a decode run never
+    passes the earliest time another engine could finish a request (Clock.horizon), so the run is the same with
+    and without bulk decode runs."""
+    from pdtune.sim.disagg import simulate_disagg
+
+    dp = build_engine(load_model("llama-3.1-8b"), load_gpu("h100"), parse_topology("TP1DP4"), isl=600, osl=80,
+                      config=EngineConfig(vllm="0.33", max_num_batched_tokens=2048, max_num_seqs=256))
+    w = closed_loop(24, 600, 80, num_prompts=72, range_ratio=0.3)
+    runs = [simulate(dp, w, efficiency=EFF, config=SimConfig(fast_path=f)) for f in (True, False)]
+    assert [r.chunks for r in runs[0].records] == [r.chunks for r in runs[1].records]
+    one = small_engine()
+    runs = [simulate_disagg(one, one, 1, 2, w, efficiency=EFF, config=SimConfig(fast_path=f)) for f in (True, False)]
+    assert [r.chunks for r in runs[0].records] == [r.chunks for r in runs[1].records]
+
+
+def test_a_sweep_shares_one_step_cost_cache() -> None:
+    from pdtune.sim import simulate_sweep
+
+    results = simulate_sweep(small_engine(), [2, 8], 512, 32, efficiency=EFF, num_prompts=16)
+    assert [r.to_row()["concurrency"] for r in results] == [2, 8]
+    assert results[0].cost._terms is results[1].cost._terms  # the second point reused the first's terms
+    assert results[1].to_row()["tpot_ms_p50"] >= results[0].to_row()["tpot_ms_p50"]
