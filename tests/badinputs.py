@@ -929,7 +929,9 @@ def _issue22(add: Any, root: Path, *, base: str, log33: Path, qwen32: str, good_
             ("frontier", ("frontier", good_result, "--gpus", "8"), ("full",)),
             ("help", ("--help",), ("full",)),
             ("version", ("--version",), ("closed",)),
-            ("validate-json", ("validate", silicon, "--model", "gpt-oss-120b", "--gpu", "h200", "--json"), ("gone",))):
+            ("validate-json", ("validate", silicon, "--model", "gpt-oss-120b", "--gpu", "h200", "--json"), ("gone",)),
+            ("simulate", ("simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1", "--concurrency", "2",
+                          "--isl", "64", "--osl", "4", "--num-prompts", "2"), ("full", "closed"))):
         for mode in modes:
             add22(I22 + 5, f"i22-stdout-{mode}-{name}", *argv, names="stdout", field="output", own_process=True,
                 stdout=mode, timeout=60)
@@ -1085,7 +1087,10 @@ def _issue22(add: Any, root: Path, *, base: str, log33: Path, qwen32: str, good_
             ("dataset-out", ("dataset", "generate", "--params", write(p / "ds-ok.yaml", "concurrencies: [1]\n"),
                              "--out", out / ("d" * 300)), "--out"),
             ("workbook-out", ("workbook", params_ok, "--out", long), "--out"),
-            ("plan-recipes", (*plan16, "--recipes", out / ("r" * 300)), "--recipes")):
+            ("plan-recipes", (*plan16, "--recipes", out / ("r" * 300)), "--recipes"),
+            ("simulate-csv", ("simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1", "--concurrency", "2",
+                              "--isl", "64", "--osl", "4", "--num-prompts", "2", "--csv", out / ("s" * 300 + ".csv")),
+             "--csv")):
         add22(I22 + 10, f"i22-name-too-long-{name}", *argv, field=flag, names="too long")
     # a full disk, for every writer: no file may grow beyond 0 bytes
     for name, argv, target in (
