@@ -238,6 +238,26 @@ class _GuardedStream(io.TextIOBase):
         except (OSError, ValueError):
             return False
 
+    @property
+    def buffer(self) -> _GuardedBytes:
+        """Bytes written to stdout go through the same buffer, in order with the text."""
+        return _GuardedBytes(self)
+
+    def write_bytes(self, data: bytes) -> int:
+        if self._fd is None:
+            self.flush()
+            target = getattr(self._target, "buffer", None)
+            if target is None:
+                raise self._failure(OSError(errno.EBADF, "stdout takes no bytes"))
+            try:
+                return int(target.write(data) or 0)
+            except OSError as exc:
+                raise self._failure(exc) from None
+        self._pending += data
+        if len(self._pending) >= _CHUNK:
+            self.flush()
+        return len(data)
+
     def fileno(self) -> int:
         if self._fd is not None:
             return self._fd
@@ -296,6 +316,22 @@ class _GuardedStream(io.TextIOBase):
 _CHUNK = 1 << 16
 
 
+class _GuardedBytes:
+    """``sys.stdout.buffer`` under the guard."""
+
+    def __init__(self, text: _GuardedStream) -> None:
+        self._text = text
+
+    def write(self, data: bytes) -> int:
+        return self._text.write_bytes(bytes(data))
+
+    def flush(self) -> None:
+        self._text.flush()
+
+    def fileno(self) -> int:
+        return self._text.fileno()
+
+
 @contextlib.contextmanager
 def guarded_stdout() -> Iterator[_GuardedStream]:
     """Run a command with its stdout guarded (see :class:`_GuardedStream`), flushed before the command counts
@@ -328,11 +364,12 @@ def guarded_stdout() -> Iterator[_GuardedStream]:
             if not done.code:  # argparse's --help and --version print, then exit 0: the text must be out
                 guard.flush()
             raise
-        except BaseException:
+        except Exception:
             if not guard.failed:
                 with contextlib.suppress(Exception):
                     guard.flush()  # what the command printed before it failed still goes out
             raise
+        # an interrupt (Ctrl-C, SIGTERM) drops what is still buffered: no write that could block the way out
     finally:
         sys.stdout = original
         if guard.failed:
