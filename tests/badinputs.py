@@ -609,7 +609,9 @@ def build(root: Path) -> list[Case]:
         shutil.copytree(REPO / "data", noart, ignore=shutil.ignore_patterns("article"))
     add(11, "no-article-table-plan", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
         "--osl", "128", names="table3_memory_per_engine.csv", own_process=True, env={"PDTUNE_DATA": str(noart)})
-    add(11, "no-article-table-predict", "predict", "qwen3-32b", *predict, names="table3_memory_per_engine.csv",
+    # TP8: a dense model takes no +EP layout (that is refused before any data is read)
+    add(11, "no-article-table-predict", "predict", "qwen3-32b", "--topology", "TP8", *predict[2:],
+        names="table3_memory_per_engine.csv",
         own_process=True, env={"PDTUNE_DATA": str(noart)})
     for name, data in (("binary", b"Model,ISL\n\x00\x01\x02\n"), ("latin1", b"Model,ISL,OSL,TP,Concurrency,"
                        b"Throughput/GPU (tok/s),Output Throughput/GPU (tok/s),Median TPOT (ms)\n\xe9t\xe9,1\n"),
