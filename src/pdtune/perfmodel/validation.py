@@ -196,11 +196,11 @@ def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> 
 
 
 @dataclass
-class _Cache:
+class EngineCache:
     engines: dict[tuple[Any, ...], Engine | InputError] = field(default_factory=dict)
 
 
-def _engine(cache: _Cache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
+def cached_engine(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
     assert setup.spec is not None and setup.topology is not None
     key = (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype)
     if key not in cache.engines:
@@ -255,7 +255,7 @@ def compile_agg(engine: Engine, plan: AggPlan, index: Any, isl: int, osl: int) -
     )
 
 
-def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: _Cache) -> Prediction:
+def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: EngineCache) -> Prediction:
     """One row's prediction at its own deployment (raises InputError when the layout does not fit)."""
     assert setup.spec is not None
     isl, osl, c = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
@@ -272,7 +272,7 @@ def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, 
     if setup.mode == "decode":
         [pred] = predict_decode(setup.spec, gpu, setup.topology, [c], isl=isl, osl=osl, efficiency=eff)
         return pred
-    engine = _engine(cache, setup, gpu, isl, osl)
+    engine = cached_engine(cache, setup, gpu, isl, osl)
     return agg_prediction(engine, agg_plan(engine, c, isl, osl, eff.arrival_clustering), isl, osl, eff)
 
 
@@ -284,7 +284,7 @@ def _measured(row: pd.Series, metric: str) -> float:
 def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency) -> pd.DataFrame:
     """One point per row of ``rows`` (already selected): measured, predicted, error, source; unpredicted rows
     carry ``predicted = False`` and their ``reason``."""
-    cache = _Cache()
+    cache = EngineCache()
     points = []
     for index, row in rows.iterrows():
         setup = row_setup(row, spec)
@@ -364,7 +364,7 @@ def measured_frontier(points: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- summary
 
 
-def _stats(errors: Iterable[float]) -> tuple[float | None, float | None]:
+def error_percentiles(errors: Iterable[float]) -> tuple[float | None, float | None]:
     values = np.abs(np.asarray([e for e in errors if e is not None and not math.isnan(e)], dtype=float)) * 100
     if not len(values):
         return None, None
@@ -379,7 +379,7 @@ def error_table(points: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         rec: dict[str, Any] = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
         rec["rows"], rec["predicted"] = len(frame), int(frame["predicted"].sum())
         for metric in METRICS:
-            rec[f"{metric}_median"], rec[f"{metric}_p90"] = _stats(frame.loc[frame["predicted"], f"{metric}_error"])
+            rec[f"{metric}_median"], rec[f"{metric}_p90"] = error_percentiles(frame.loc[frame["predicted"], f"{metric}_error"])
         rows.append(rec)
     return pd.DataFrame(rows)
 
@@ -392,7 +392,7 @@ def error_summary(points: pd.DataFrame) -> dict[str, Any]:
         p90: dict[str, float | None] = {}
         for metric in METRICS:
             col = f"{metric}_error"
-            med[metric], p90[metric] = _stats(frame[col]) if col in frame else (None, None)
+            med[metric], p90[metric] = error_percentiles(frame[col]) if col in frame else (None, None)
         return {"median_abs_pct_error": med, "p90_abs_pct_error": p90,
                 "points": int(frame["predicted"].sum()) if "predicted" in frame else 0}
 

@@ -9,17 +9,29 @@ blocks it takes are counted per step from where each request's next block starts
 order: a run frees nothing), and each step is timed and recorded like any other. The run stops before
 anything that would need the scheduler's full rules: a request two steps from its last token, a step whose
 blocks do not fit, an event from outside the engine (a request's arrival: routing reads the engine's counts),
-speculative decoding, sliding-window groups (they free blocks), pipeline parallelism. ``tests/test_sim_fastpath.py``
+speculative decoding, sliding-window groups (they free blocks), pipeline parallelism. ``tests/test_sim_run.py``
 checks that runs with and without it produce the same results, request by request.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from pdtune.sim.kvcache import FULL, SLIDING
 from pdtune.sim.request import SimRequest, Status
 from pdtune.sim.scheduler import Scheduler, StepPlan
+
+
+@dataclass
+class InFlight:
+    """A step the engine has scheduled and not yet finished (async scheduling keeps one in flight)."""
+
+    plans: list[StepPlan]
+    start: float
+    end: float
+    executed: bool
 
 #: Runs shorter than this are left to the scheduler (setting one up costs a few requests' steps).
 MIN_RUN = 4
@@ -173,7 +185,6 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
 def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[float],  # type: ignore[no-untyped-def]
            needs: list[np.ndarray], asynchronous: bool) -> None:
     """Advance every counter as ``m`` scheduled (and, async, ``m`` updated) decode steps would."""
-    from pdtune.sim.engine import _InFlight
 
     # Async: the batch in flight is updated at the first step's schedule point, then each new batch at the
     # next one; the last scheduled batch stays in flight. Update times: the in-flight end, then ends[:-1].
@@ -225,7 +236,7 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
             plans.append(plan)
     core.steps += m
     if asynchronous:
-        core.queue.appendleft(_InFlight(plans, ends[-2] if m >= 2 else prev.end, ends[-1], True))
+        core.queue.appendleft(InFlight(plans, ends[-2] if m >= 2 else prev.end, ends[-1], True))
     core.stage_free[0] = ends[-1]
 
 
