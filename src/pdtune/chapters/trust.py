@@ -257,16 +257,6 @@ def calibration_gains(card: Scorecard) -> dict[str, int]:
     return out
 
 
-def calibration_sentence(card: Scorecard) -> str:
-    h = headline(card)
-    gained = calibration_gains(card)
-    return (f"Calibrated on the other deployments of the same model and GPU, the held-out median |error| is "
-            f"{h['calibrated-tpot-median']:.1f} % on TPOT and {h['calibrated-ttft-median']:.1f} % on TTFT, against "
-            f"{h['lomo-tpot-median']:.1f} % and {h['lomo-ttft-median']:.1f} % uncalibrated; calibration lowers "
-            f"the TPOT error for {gained['tpot']} and the TTFT error for {gained['ttft']} of the "
-            f"{gained['scored']} model x GPU pairs it can score.")
-
-
 def uncalibrated_reasons(card: Scorecard) -> pd.DataFrame:
     """Rows a calibrated prediction does not exist for, and why (counted, never dropped)."""
     rows = card.rows[card.rows["predicted"] & card.rows["calibrated_tpot_ms_p50"].isna()]
@@ -347,12 +337,11 @@ def _short_error(text: str) -> str:
     return line if len(line) <= 100 else line[:97] + "..."
 
 
-def unpredicted_sentence(card: Scorecard) -> str:
+def unpredicted_numbers(card: Scorecard) -> dict[str, int]:
+    """How many rows each tool could not predict, and both: counted, never dropped."""
     r = card.rows
-    ours, theirs = int((~r["predicted"]).sum()), int((r["aic_status"] != "ok").sum())
-    neither = int(((~r["predicted"]) & (r["aic_status"] != "ok")).sum())
-    return (f"Of the {len(r):,} rows, pdtune could not predict {ours} and {PEER} {theirs} ({neither} neither); "
-            "they stay in the row counts of every table above and are scored by neither median.")
+    ours, theirs = ~r["predicted"], r["aic_status"] != "ok"
+    return {"rows": len(r), "pdtune": int(ours.sum()), "peer": int(theirs.sum()), "neither": int((ours & theirs).sum())}
 
 
 # ---------------------------------------------------------------------------------------------- your model
