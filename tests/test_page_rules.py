@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from pagecode import defined_names, page_functions, pages
 from pdtune.chapters import trust as ch8
+from pdtune.frontier.ratios import count_pairs
 from pdtune.memory import (Waterfall, capture_sizes, cudagraph_estimate, cudagraph_plan, max_utilization,
                            weights_per_gpu)
 from pdtune.model import ModelSpec, load_model
@@ -185,24 +186,6 @@ def _pair_case(i: int) -> dict[str, Any]:
                       sorted(set(frame.loc[frame["fold"] == fold, "deployment"])))}
 
 
-def _engine_counts(c: dict[str, Any]) -> list[tuple[int, int]]:
-    """The (x, y) pdtune.plan.search._match prices for one prefill and one decode layout: rate_match up to the
-    larger of the two sides' engine counts, then the budget (x g_p + y g_d <= N) on its rows."""
-    import pandas as pd
-
-    from pdtune.frontier import rate_match
-
-    common = {"source": "t", "path": "t", "model": "m", "mtp_tokens": 0, "isl": 100, "osl": 10}
-    p = pd.DataFrame([{**common, "mode": "prefill", "topology": "TP1", "gpus_total": c["gp"], "concurrency": 4,
-                       "ttft_ms_p50": 100.0}])
-    d = pd.DataFrame([{**common, "mode": "decode", "topology": "TP1", "gpus_total": c["gd"], "concurrency": 8,
-                       "tpot_ms_p50": 10.0}])
-    n = c["budget"]
-    rows = rate_match(p, d, 10, max((n - c["gd"]) // c["gp"], (n - c["gp"]) // c["gd"]), isl=100)
-    rows = rows[rows["gpus_total"] <= n]
-    return sorted(zip(rows["n_prefill_workers"].astype(int), rows["n_decode_workers"].astype(int), strict=True))
-
-
 budget_cases = st.fixed_dictionaries({"gp": st.sampled_from([1, 2, 4, 8, 16]), "gd": st.sampled_from([1, 2, 4, 8, 16]),
                                       "budget": st.integers(2, 96)}).filter(lambda c: c["gp"] + c["gd"] <= c["budget"])
 link_cases = st.fixed_dictionaries({"gpu": st.sampled_from(["gb300", "gb200", "b200", "b300", "h200", "h100"]),
@@ -334,8 +317,9 @@ RULES: list[PageRule] = [
     PageRule("08_trust_calibration", "held_out", st.integers(0, 10**6).map(_pair_case),
              lambda f, c: f(c["deployments"], c["fold"]), lambda c: c["split"]),
     # chapter 9: the budget (notebooks/09_plan.md), the transfer (09_plan_transfer.md), the recipe (09_plan_launch.md)
+    # the plan counts every (x, y) within the budget without building them (pdtune.frontier.ratios.count_pairs)
     PageRule("09_plan", "engine_counts", budget_cases,
-             lambda f, c: f(c["gp"], c["gd"], c["budget"]), _engine_counts),
+             lambda f, c: len(f(c["gp"], c["gd"], c["budget"])), lambda c: count_pairs(c["gp"], c["gd"], c["budget"])),
     PageRule("09_plan_transfer", "transfer_ms", link_cases, lambda f, c: f(*_link_args(c)), _link_ms),
     PageRule("09_plan_transfer", "ttft_share", share_cases, lambda f, c: f(c["prefill"], c["kv"]), _share),
     PageRule("09_plan_launch", "max_num_seqs", seqs_cases,

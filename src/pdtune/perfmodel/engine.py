@@ -724,8 +724,11 @@ def build_engine(
         raise InputError("--mtp", "mtp_tokens", "must not be negative")
     if mtp_tokens and spec.num_mtp_layers == 0:
         raise InputError(spec.source, "num_nextn_predict_layers", "the model has no MTP module for --mtp")
-    if topology.pp > spec.num_layers:
-        raise InputError(source, "pp", f"{topology.pp} stages for {spec.num_layers} layers")
+    from pdtune.scenario import layout_rules
+
+    problem = layout_rules(spec, topology)  # the rules every command applies (+EP needs experts, ...)
+    if problem:
+        raise InputError(source, "topology", problem)
     if spec.moe is not None and spec.moe.num_experts % topology.ep:
         raise InputError(source, "ep", f"{spec.moe.num_experts} experts do not split over EP={topology.ep}")
     costs = model_costs(spec)
