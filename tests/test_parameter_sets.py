@@ -203,6 +203,8 @@ def _own_numbers(run: ChapterRun) -> set[Decimal]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             for digits in (0, 1, 2, 3):
                 own.add(Decimal(str(round(value, digits))).normalize())
+                if abs(value) <= 1:  # a share the prose prints as a percentage (":.1%")
+                    own.add(Decimal(str(round(100 * value, digits))).normalize())
         elif isinstance(value, str):
             own.update(v.normalize() for _, v in _values(value))
     return own
