@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation scheduler-traces
+.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation srt \
+	scheduler-traces vllm-switches golden-plans
 
 venv: $(STAMP)
 
@@ -23,8 +24,23 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# srt-slurm itself (srtctl 0.3.0, a wheel outside the repo: not on PyPI), in a venv of its own (.srt/, git-ignored;
+# its dependencies from PyPI), so that the tests run its dry run and its worker-command builder on every recipe
+# pdtune writes (tests/srt_check.py). pdtune never imports it. SRTCTL_WHEEL names the wheel; by default the
+# shared tools folder beside the checkout (../shared from the main checkout, ../../shared from a worktree).
+SRT := .srt
+SRTCTL_WHEEL ?= $(firstword $(wildcard $(CURDIR)/../shared/tools/srtctl/srtctl-0.3.0-py3-none-any.whl \
+                  $(CURDIR)/../../shared/tools/srtctl/srtctl-0.3.0-py3-none-any.whl))
+srt: $(SRT)/.installed
+
+$(SRT)/.installed: $(SRTCTL_WHEEL)
+	@test -n "$(SRTCTL_WHEEL)" || { echo "srt: no srtctl-0.3.0 wheel found; set SRTCTL_WHEEL=path/to/srtctl-0.3.0-py3-none-any.whl"; exit 1; }
+	test -x $(SRT)/bin/python || $(PYTHON) -m venv $(SRT)
+	$(SRT)/bin/python -m pip install --quiet "$(SRTCTL_WHEEL)"
+	touch $@
+
 # The book tests build the book themselves (into a temporary folder); the vendored assets come first.
-test: venv chromium assets
+test: venv chromium assets srt
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: venv
@@ -74,7 +90,7 @@ scheduler-traces: venv
 	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
 	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
 	nice $(VLLM_REF)/bin/python scripts/scheduler_traces.py --out data/vllm/scheduler-traces
-	$(BIN)/python -m pdtune.sim.trace data/vllm/scheduler-traces
+	$(BIN)/python -m pdtune.sim.replay data/vllm/scheduler-traces
 
 # The peer comparison: aiconfigurator 0.12 from PyPI in its own venv (.peers/, git-ignored; never imported by pdtune
 # or its tests), both tools on the same held-out vLLM rows, and aiconfigurator's default-search time. Every script
@@ -94,8 +110,30 @@ bench-peers: venv
 validation: venv
 	$(BIN)/python -m pdtune.scorecard
 
+# vLLM's switches per line (data/vllm/switches.csv), read from the published wheels 0.11 and 0.20-0.33 (the .0
+# release of each line; about 400 MB each, downloaded one at a time and deleted once its files are unpacked into
+# VLLM_SRC), and where the chunked-local hybrid-manager default flipped (the wheels between the lines too).
+VLLM_SRC ?= _build/vllm-src
+VLLM_LINES := 0.11.0 $(foreach m,20 21 22 23 24 25 26 27 28 29 30 31 32 33,0.$(m).0)
+VLLM_BETWEEN := 0.12.0 0.13.0 0.14.0 0.14.1 0.15.1 0.16.0 0.17.1 0.18.1 0.19.1
+vllm-switches: venv
+	$(BIN)/python scripts/vllm_switches.py fetch $(VLLM_LINES) --dest $(VLLM_SRC)/lines
+	$(BIN)/python scripts/vllm_switches.py fetch $(VLLM_BETWEEN) --dest $(VLLM_SRC)/between
+	$(BIN)/python scripts/vllm_switches.py table --src $(VLLM_SRC)/lines --out data/vllm/switches.csv
+	$(BIN)/python scripts/vllm_switches.py flip VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE \
+	  --src $(VLLM_SRC)/lines --src $(VLLM_SRC)/between --out data/vllm/chunked-local-default.csv
+	PDTUNE_VLLM_SRC=$(VLLM_SRC)/lines $(BIN)/python -m pytest -q tests/test_vllm_switches.py
+
+# Golden plans from vLLM 0.33.0's own KV planner, run on CPU in the same venv of its own (VLLM_REF above):
+# data/vllm/golden-plans.json, compared with `pdtune state` by tests/test_golden_plans.py in make test.
+golden-plans: venv
+	test -x $(VLLM_REF)/bin/vllm || { test -x $(VLLM_REF)/bin/python || $(PYTHON) -m venv $(VLLM_REF); \
+	  $(VLLM_REF)/bin/python -m pip install --quiet vllm==0.33.0; }
+	$(BIN)/python scripts/golden_plans.py specs --out _build/golden/specs.json
+	$(VLLM_REF)/bin/python scripts/golden_plans.py plan --specs _build/golden/specs.json --out data/vllm/golden-plans.json
+
 clean:
 	rm -rf _build .pytest_cache .hypothesis
 
 distclean: clean
-	rm -rf $(VENV) book/assets/vendor
+	rm -rf $(VENV) $(SRT) book/assets/vendor

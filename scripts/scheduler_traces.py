@@ -17,7 +17,7 @@ per request, the draft tokens, the preempted requests, the free blocks, each req
 the running and waiting queues, the tokens generated and the requests finished.
 
 The traces go to ``data/vllm/scheduler-traces/<workload>.json``; ``tests/test_sim_traces.py`` replays each
-through ``pdtune.sim`` (``pdtune.sim.trace.replay``) and requires the same decisions at every call.
+through ``pdtune.sim`` (``pdtune.sim.replay.replay``) and requires the same decisions at every call.
 
 Usage: ``python scripts/scheduler_traces.py --out data/vllm/scheduler-traces [--only NAME ...]``
 """

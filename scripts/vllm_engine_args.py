@@ -19,6 +19,15 @@ argparse would register them:
 
 Every flag is written with its scope: ``engine`` (what ``vllm serve`` and Dynamo's ``dynamo.vllm`` worker,
 which srt-slurm launches, both accept) or ``serve`` (the OpenAI server's own flags, ``vllm serve`` only).
+
+``--values OUT.json`` also writes what each flag takes, read the same way: the kind ``get_kwargs`` derives
+from the field's type (``bool``, ``int``, ``float``, ``str``, ``json`` for a config dataclass or a dict,
+``list``, ``optional-str`` for ``bool | str | None``), the ``Literal`` choices (flattened, nested ``Literal``
+aliases included; ``enforced: argparse`` when argparse checks them, ``config`` when the type also admits
+``str`` and the config class's validator checks them), whether ``None`` is accepted, and the bounds of the
+field's pydantic ``Field(gt=, ge=, lt=, le=)``; explicit ``type=``/``choices=``/``action=`` arguments of
+``add_argument`` win. A ``json`` flag naming a config dataclass lists that class's fields with their own kinds,
+choices and bounds (vLLM's ``@config`` dataclasses forbid unknown keys).
 """
 
 from __future__ import annotations
@@ -26,14 +35,17 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import json
 import sys
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path, PurePosixPath
 
 ENGINE_FILE = "engine/arg_utils.py"
-FRONTEND_FILES = ("entrypoints/common/cli_args.py", "entrypoints/openai/cli_args.py")
+FRONTEND_FILES = ("entrypoints/common/cli_args.py", "entrypoints/launchers/cli_args.py",
+                  "entrypoints/openai/cli_args.py")
 CONFIG_DIR = "config"
 
 
@@ -85,6 +97,7 @@ class ClassInfo:
     bases: list[str]
     fields: dict[str, ast.expr]
     is_dataclass: bool
+    defaults: dict[str, ast.expr] = field(default_factory=dict)  # field -> its default (``Field(...)``)
 
 
 @dataclass
@@ -103,9 +116,14 @@ class TypeIndex:
                     for stmt in node.body
                     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                 }
+                defaults = {
+                    stmt.target.id: stmt.value
+                    for stmt in node.body
+                    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None
+                }
                 decorators = {_name(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list}
                 info = ClassInfo(node.name, [_name(b) for b in node.bases], fields,
-                                 bool(decorators & {"config", "dataclass"}))
+                                 bool(decorators & {"config", "dataclass"}), defaults)
                 self.classes.setdefault(node.name, info)
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 self.aliases.setdefault(node.targets[0].id, node.value)
@@ -131,6 +149,72 @@ class TypeIndex:
 
     def field_annotation(self, cls: str, name: str) -> ast.expr | None:
         return next((info.fields[name] for info in self.lineage(cls) if name in info.fields), None)
+
+    def field_default(self, cls: str, name: str) -> ast.expr | None:
+        return next((info.defaults.get(name) for info in self.lineage(cls) if name in info.fields), None)
+
+    def literal_values(self, annotation: ast.expr | None, depth: int = 0) -> list[Any]:
+        """Every value of the ``Literal`` types in a type's union, nested ``Literal`` aliases flattened."""
+        if annotation is None or depth > 10:
+            return []
+        node = annotation
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.parse(node.value, mode="eval").body
+            except SyntaxError:
+                return []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return self.literal_values(node.left, depth + 1) + self.literal_values(node.right, depth + 1)
+        if isinstance(node, ast.Subscript):
+            head = _name(node.value)
+            args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if head == "Literal":
+                out: list[Any] = []
+                for arg in args:
+                    if isinstance(arg, ast.Constant):
+                        out.append(arg.value)
+                    else:  # a Literal alias inside a Literal
+                        out += self.literal_values(arg, depth + 1)
+                return out
+            if head in ("Optional", "Union", "Annotated"):
+                return [v for a in (args[:1] if head == "Annotated" else args) for v in self.literal_values(a, depth + 1)]
+            return []
+        name = _name(node)
+        if name in self.aliases and name not in self.classes:
+            return self.literal_values(self.aliases[name], depth + 1)
+        return []
+
+    def value_spec(self, annotation: ast.expr | None) -> dict[str, Any]:
+        """What ``get_kwargs`` makes of a field's type: its kind, choices, and whether None is accepted."""
+        atoms = self.atoms(annotation)
+        spec: dict[str, Any] = {}
+        dataclass_atom = next((a for a in atoms if self.classes.get(a, ClassInfo(a, [], {}, False)).is_dataclass),
+                              None)
+        if dataclass_atom is not None:
+            spec["kind"], spec["config_class"] = "json", dataclass_atom
+        elif atoms == {"bool", "str", "None"}:
+            spec["kind"] = "optional-str"
+        elif "bool" in atoms:
+            spec["kind"] = "bool"
+        elif "Literal" in atoms or self.literal_values(annotation):
+            values = self.literal_values(annotation)
+            kinds = {type(v).__name__ for v in values}
+            spec["kind"] = kinds.pop() if len(kinds) == 1 else "str"
+            spec["choices"] = sorted(set(values), key=str)
+            spec["enforced"] = "config" if "str" in atoms else "argparse"
+        elif atoms & {"tuple", "list", "set"}:
+            spec["kind"] = "list"
+        elif "int" in atoms:
+            spec["kind"] = "int"
+        elif "float" in atoms:
+            spec["kind"] = "float"
+        elif "dict" in atoms:
+            spec["kind"] = "json"
+        else:
+            spec["kind"] = "str"
+        if "None" in atoms and spec["kind"] != "bool":
+            spec["optional"] = True
+        return spec
 
     def atoms(self, annotation: ast.expr | None, depth: int = 0) -> set[str]:
         """The members of a type's top-level union, as names ("bool", "None", "Literal", a class...)."""
@@ -256,6 +340,129 @@ def argument_flags(func: ast.FunctionDef, types: TypeIndex, scope: str) -> list[
     return out
 
 
+_BOUNDS = ("gt", "ge", "lt", "le")
+
+
+def field_bounds(default: ast.expr | None) -> dict[str, float]:
+    """The numeric bounds of a pydantic ``Field(default=..., ge=1, le=65535)`` default."""
+    out: dict[str, float] = {}
+    if isinstance(default, ast.Call) and _name(default.func) == "Field":
+        for kw in default.keywords:
+            if kw.arg in _BOUNDS:
+                value = _constant(kw.value)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[kw.arg] = value
+    return out
+
+
+def _constant(node: ast.expr) -> Any:
+    """A literal number (``-1`` included), string, or a list/tuple of them; None when not a literal."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _class_fields(types: TypeIndex, cls: str) -> dict[str, dict[str, Any]]:
+    """A config dataclass's fields as JSON keys: kind, choices and bounds of each (nearest class first)."""
+    out: dict[str, dict[str, Any]] = {}
+    for info in types.lineage(cls):
+        for name, annotation in info.fields.items():
+            if name in out or name.startswith("_"):
+                continue
+            spec = types.value_spec(annotation)
+            spec.pop("config_class", None)
+            bounds = field_bounds(info.defaults.get(name))
+            if bounds:
+                spec["bounds"] = bounds
+            out[name] = spec
+    return dict(sorted(out.items()))
+
+
+def argument_values(func: ast.FunctionDef, types: TypeIndex) -> dict[str, dict[str, Any]]:
+    """Every ``add_argument`` in ``func``: flag -> what it takes (see the module docstring)."""
+    kwargs_of: dict[str, str] = {}
+    alias_of: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name) and isinstance(value, ast.Call) and _name(value.func) == "get_kwargs":
+                kwargs_of[target.id] = _name(value.args[0])
+            elif isinstance(target, ast.Name) and (ref := _field_ref(value, kwargs_of)):
+                alias_of[target.id] = ref
+    out: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(func):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                 and a.value.startswith("-")]
+        if not names:
+            continue
+        spec: dict[str, Any] = {"kind": "str"}
+        for kw in node.keywords:
+            if kw.arg is None and (ref := _spread_ref(kw.value, kwargs_of, alias_of)):
+                spec = types.value_spec(types.field_annotation(*ref))
+                bounds = field_bounds(types.field_default(*ref))
+                if bounds:
+                    spec["bounds"] = bounds
+                spec["field"] = f"{ref[0]}.{ref[1]}"
+        for kw in node.keywords:  # explicit arguments win over the field's type
+            if kw.arg == "action":
+                if _is_boolean_action(kw.value):
+                    spec = {**spec, "kind": "bool"}
+                elif isinstance(kw.value, ast.Constant) and kw.value.value in ("store_true", "store_false"):
+                    spec = {"kind": "flag"}
+            elif kw.arg == "type" and isinstance(kw.value, ast.Name) and kw.value.id in ("int", "float", "str"):
+                spec["kind"] = kw.value.id
+            elif kw.arg == "choices":
+                values = _constant(kw.value)
+                if isinstance(values, (list, tuple)):
+                    spec["choices"], spec["enforced"] = sorted(values, key=str), "argparse"
+        if spec.get("kind") == "json" and spec.get("config_class"):
+            spec["fields"] = _class_fields(types, spec["config_class"])
+        for flag in names:
+            out[flag] = spec
+            if spec.get("kind") == "bool" and flag.startswith("--"):
+                out["--no-" + flag[2:]] = {"kind": "bool", "negates": flag}
+    return out
+
+
+def frontend_values(tree: ast.Module, types: TypeIndex) -> dict[str, dict[str, Any]]:
+    """``vllm serve``'s own flags: ``make_arg_parser``'s arguments and the ``FrontendArgs`` fields."""
+    out: dict[str, dict[str, Any]] = {}
+    for info in reversed(types.lineage("FrontendArgs")):
+        for name, annotation in info.fields.items():
+            spec = types.value_spec(annotation)
+            bounds = field_bounds(info.defaults.get(name))
+            if bounds:
+                spec["bounds"] = bounds
+            flag = "--" + name.replace("_", "-")
+            out[flag] = spec
+            if spec["kind"] == "bool":
+                out["--no-" + flag[2:]] = {"kind": "bool", "negates": flag}
+    for func in _functions(tree, None, "make_arg_parser"):
+        out.update(argument_values(func, types))
+    return out
+
+
+def collect_values(source: Source) -> tuple[dict[str, dict[str, Any]], TypeIndex]:
+    """Flag -> what it takes, for every flag :func:`collect` lists (an engine flag wins over a serve flag)."""
+    types = TypeIndex()
+    engine = ast.parse(source.read(ENGINE_FILE))
+    frontend_rel = next(f for f in FRONTEND_FILES if source.has(f) and "class FrontendArgs" in source.read(f))
+    frontend = ast.parse(source.read(frontend_rel))
+    for rel in source.under(CONFIG_DIR):
+        types.add_module(ast.parse(source.read(rel)))
+    types.add_module(engine)
+    types.add_module(frontend)
+    values = frontend_values(frontend, types)
+    for owner in ("EngineArgs", "AsyncEngineArgs"):
+        for func in _functions(engine, owner, "add_cli_args"):
+            values.update(argument_values(func, types))
+    return dict(sorted(values.items(), key=lambda kv: kv[0].lstrip("-"))), types
+
+
 def _field_ref(node: ast.expr, kwargs_of: dict[str, str],
                alias_of: dict[str, tuple[str, str]] | None = None) -> tuple[str, str] | None:
     """``x["field"]`` with ``x = get_kwargs(Cls)`` -> (Cls, field); an alias variable -> its reference."""
@@ -351,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", required=True, type=Path, help="the vllm package folder, or a vLLM wheel")
     parser.add_argument("--out", type=Path, help="where to write the list (default: stdout)")
     parser.add_argument("--origin", help="how the header names the source (default: its file name and hash)")
+    parser.add_argument("--values", type=Path, help="also write what each flag takes (JSON) here")
     args = parser.parse_args(argv)
     source = Source(args.src)
     flags, types = collect(source)
@@ -368,6 +576,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
+    if args.values is not None:
+        values, _ = collect_values(source)
+        listed = {f.name for f in unique(flags)}
+        payload = {"vllm": version, "generated_by": "scripts/vllm_engine_args.py", "origin": origin,
+                   "flags": {k: v for k, v in values.items() if k in listed}}
+        args.values.parent.mkdir(parents=True, exist_ok=True)
+        args.values.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        missing = sorted(listed - set(values))
+        print(f"{len(payload['flags'])} flags with value rules"
+              + (f"; none found for {', '.join(missing)}" if missing else ""), file=sys.stderr)
     if types.unresolved:
         print(f"note: type names not found in vllm/{CONFIG_DIR} (read as not boolean): "
               f"{', '.join(sorted(types.unresolved))}", file=sys.stderr)

@@ -3,7 +3,7 @@ each one (imported by ``test_fuzz_cli.py``; ``python tests/badinputs.py ROOT OUT
 child process under an address-space limit).
 
 :func:`build` writes every fixture below a root folder and returns the :class:`Case` list. A case is the
-``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``;
+``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``; issue 22's causes are 2200 + their number, 2201-2211;
 0 for bad input the issue did not list), and what the error line must name. Every case must end with exit
 status 2, exactly one line on stderr, no traceback, no file created or changed anywhere below the root, within
 its time limit and under the memory limit. Cases are grouped per cause and run in one child process per group
@@ -111,6 +111,36 @@ def config(name: str, **changes: Any) -> dict[str, Any]:
 
 def dump(obj: Any) -> str:
     return json.dumps(obj)
+
+
+#: A disaggregated and an aggregated row of a plan file, valid for qwen3-32b on 16 H100 (written here by hand in
+#: the format `pdtune plan --json` writes, format 1; the cases below break one key each).
+PLAN_ROWS = [
+    {"row": 0, "mode": "disagg", "deployment": "1xTP2 : 1xTP2", "gpus_total": 4, "concurrency": 64,
+     "tps_per_gpu": 1000.0, "tps_per_user": 30.0, "ttft_ms_p50": 300.0, "tpot_ms_p50": 33.3, "kv_transfer_ms": 1.0,
+     "mtp_tokens": 0, "curve_concurrencies": [16, 64], "network_groups": "", "prefill_topology": "TP2",
+     "decode_topology": "TP2", "n_prefill_workers": 1, "n_decode_workers": 1, "gpus_prefill": 2, "gpus_decode": 2,
+     "prefill_concurrency": 8, "decode_concurrency": 64, "curve_prefill_concurrency_max": 8,
+     "curve_decode_concurrency_max": 64, "kv_link": "nvlink", "prefill_block_tokens": 16,
+     "decode_block_tokens": 16, "block_size_to_set": None},
+    {"row": 1, "mode": "agg", "deployment": "8xTP2", "gpus_total": 16, "concurrency": 256, "tps_per_gpu": 900.0,
+     "tps_per_user": 35.0, "ttft_ms_p50": 250.0, "tpot_ms_p50": 28.5, "kv_transfer_ms": 0.0, "mtp_tokens": 0,
+     "curve_concurrencies": [64, 256], "network_groups": "", "topology": "TP2", "agg_replicas": 8,
+     "server_concurrency": 32, "curve_server_concurrency_max": 32, "kv_link": "none"},
+]
+
+
+def plan_file(rows: list[dict[str, Any]] | None = None, **sections: Any) -> dict[str, Any]:
+    """A plan file ``pdtune recipe`` accepts (``rows`` none by default); ``sections`` replace whole sections."""
+    gpu = {"name": "h100", "gpus_per_node": 8, "nvlink_domain_gpus": 8}
+    plan = {"pdtune_plan": 1, "generator": "pdtune plan", "rows": rows or [],
+            "settings": {"isl": 1024, "osl": 128, "max_gpus": 16, "max_num_batched_tokens": 8192,
+                         "gpu_memory_utilization": 0.92, "kv_cache_dtype": "fp8", "vllm": "0.33.0"},
+            "model": {"name": "qwen3-32b", "source": "qwen3-32b", "precision": "bfloat16", "num_mtp_layers": 0,
+                      "hub_id": "Qwen/Qwen3-32B"},
+            "gpus": {"prefill": dict(gpu), "decode": dict(gpu)}}
+    plan.update(sections)
+    return plan
 
 
 def device(path: Path, minor: int) -> Path | None:
@@ -240,12 +270,7 @@ def build(root: Path) -> list[Case]:
             write(p / f"ds-{name}.json", deep_json(5000) if name == "deep" else '{"model": 1, "model": 2}'
                   if name == "dup" else '{"mtp_tokens": ' + "9" * 5000 + "}" if name == "bigint" else "[1]"),
             "--out", out / "ds", names=f"ds-{name}.json")
-    valid_plan = {"generator": "pdtune plan", "rows": [],
-                  "settings": {"isl": 1024, "osl": 128, "max_gpus": 16, "max_num_batched_tokens": 8192,
-                               "gpu_memory_utilization": 0.92, "kv_cache_dtype": "fp8"},
-                  "model": {"name": "qwen3-32b", "precision": "bfloat16"},
-                  "gpus": {"prefill": {"name": "h100", "gpus_per_node": 8}, "decode": {"name": "h100",
-                                                                                       "gpus_per_node": 8}}}
+    valid_plan = plan_file()
     plan_ok = write(root / "plans" / "plan.json", json.dumps(valid_plan))
     for name, text in (("deep", deep_json(5000)), ("bigint", '{"generator": "pdtune plan", "rows": ' + "9" * 5000 + "}"),
                        ("dup", '{"generator": "pdtune plan", "generator": "x"}'), ("list", "[1, 2]")):
@@ -579,6 +604,29 @@ def build(root: Path) -> list[Case]:
         names="topology")
     add(10, "state-vllm-megabyte", *state, "qwen3-32b", "--vllm", "v" * (1 << 20), names="--vllm")
 
+    # ---------------------------------------------------------------- 0: --vllm-env / vllm_env (issue 24)
+    chunked = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+    for name, value, field_ in (("unknown-name", "VLLM_NOT_A_SWITCH=1", "VLLM_NOT_A_SWITCH"),
+                                ("bad-value", f"{chunked}=yes", chunked),
+                                ("no-equals", chunked, "vllm_env"),
+                                ("not-in-line", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"),
+                                ("twice", f"{chunked}=0", chunked)):
+        extra = ("--vllm", "0.11") if name == "not-in-line" else ()
+        again = ("--vllm-env", f"{chunked}=1") if name == "twice" else ()
+        add(0, f"state-vllm-env-{name}", *state, "qwen3-32b", *extra, "--vllm-env", value, *again, names="--vllm-env",
+            field=field_)
+    add(0, "predict-vllm-env-unknown", "predict", "qwen3-32b", *predict, "--vllm-env", "VLLM_NOPE=1",
+        names="--vllm-env", field="VLLM_NOPE")
+    add(0, "plan-vllm-env-bad-value", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
+        "--osl", "128", "--vllm-env", f"{chunked}=2", names="--vllm-env", field=chunked)
+    add(0, "log-vllm-env-unknown", "log", log33, "--model", qwen32, "--vllm-env", "VLLM_NOPE=1", names="--vllm-env",
+        field="VLLM_NOPE")
+    for name, text in (("unknown", "vllm_env:\n  VLLM_NOPE: 1\n"), ("value", f"vllm_env:\n  {chunked}: 7\n"),
+                       ("list-no-equals", f"vllm_env: [{chunked}]\n")):
+        add(0, f"workbook-vllm-env-{name}", "workbook", write(p / f"vllm-env-{name}.yaml",
+                                                             base.replace("vllm_env: {}\n", text)), "--out",
+            out / "wb", names=f"vllm-env-{name}.yaml", field="vllm_env")
+
     # ---------------------------------------------------------------- 11: bundled data (own processes)
     broken = root / "data-broken"
     if not broken.exists():
@@ -870,7 +918,109 @@ def build(root: Path) -> list[Case]:
         "--csv", out / "a-file" / "requests.csv", names="a-file")
     add(0, "simulate-csv-folder", *sim, "--concurrency", "2", "--isl", "64", "--osl", "4", "--num-prompts", "2",
         "--csv", out / "a-folder", names="a-folder")
+    _issue22_plan_files(root, add)
     return [c for c in cases if c is not None]
+
+
+def _issue22_plan_files(root: Path, add: Any) -> None:
+    """Issue 22, causes 2 and 3 (numbered 2202 and 2203: 2200 + the cause of issue 22): `pdtune recipe` on plan
+    files whose keys are missing or of the wrong kind (2), or whose values vLLM or pdtune's bounds refuse (3).
+    Each file is a valid plan (:func:`plan_file`) with one thing broken; the line must name the file and the key."""
+    folder = root / "plans" / "issue22"
+    out = root / "out" / "rec22"
+
+    def case(cause: int, name: str, data: dict[str, Any] | str, field: str) -> None:
+        path = write(folder / f"{name}.json", data if isinstance(data, str) else json.dumps(data))
+        add(cause, f"recipe22-{name}", "recipe", path, "--row", "0", "--row", "1", "--out", out, names=path.name,
+            field=field)
+
+    def row(k: int, **changes: Any) -> list[dict[str, Any]]:
+        rows = json.loads(json.dumps(PLAN_ROWS))
+        for key, value in changes.items():
+            if value is _DROP:
+                rows[k].pop(key)
+            else:
+                rows[k][key] = value
+        return rows
+
+    def settings(**changes: Any) -> dict[str, Any]:
+        return {**plan_file()["settings"], **changes}
+
+    base = plan_file(PLAN_ROWS)
+    # cause 2: keys the recipes read that the schema did not check
+    for key in ("gpus_total", "prefill_concurrency", "kv_link", "ttft_ms_p50", "n_decode_workers", "deployment"):
+        case(2202, f"row-missing-{key}", plan_file(row(0, **{key: _DROP})), f"rows[0].{key}")
+    for key in ("server_concurrency", "agg_replicas", "topology"):
+        case(2202, f"agg-missing-{key}", plan_file(row(1, **{key: _DROP})), f"rows[1].{key}")
+    for key, value in (("tps_per_gpu", "fast"), ("gpus_total", "4"), ("concurrency", 6.5), ("kv_link", 7),
+                       ("curve_concurrencies", "16x64"), ("curve_concurrencies", [16, 0]), ("mode", "hybrid"),
+                       ("block_size_to_set", True), ("ttft_ms_p50", -1.0), ("network_groups", ["x"])):
+        case(2202, f"row-{key}-{str(value)[:12]}", plan_file(row(0, **{key: value})), f"rows[0].{key}")
+    case(2202, "gpus-per-node-0", plan_file(PLAN_ROWS, gpus={"prefill": {"name": "h100", "gpus_per_node": 0,
+                                                                         "nvlink_domain_gpus": 8},
+                                                            "decode": base["gpus"]["decode"]}),
+         "gpus.prefill.gpus_per_node")
+    case(2202, "nvlink-domain-missing", plan_file(PLAN_ROWS, gpus={"prefill": {"name": "h100", "gpus_per_node": 8},
+                                                                  "decode": base["gpus"]["decode"]}),
+         "gpus.prefill.nvlink_domain_gpus")
+    case(2202, "gpu-unknown", plan_file(PLAN_ROWS, gpus={"prefill": base["gpus"]["prefill"],
+                                                        "decode": {"name": "tpu9", "gpus_per_node": 8,
+                                                                   "nvlink_domain_gpus": 8}}), "gpus.decode.name")
+    case(2202, "no-format", {k: v for k, v in base.items() if k != "pdtune_plan"}, "pdtune_plan")
+    case(2202, "format-2", {**base, "pdtune_plan": 2}, "pdtune_plan")
+    case(2202, "format-text", {**base, "pdtune_plan": "1"}, "pdtune_plan")
+    case(2202, "settings-isl-text", plan_file(PLAN_ROWS, settings=settings(isl="1024")), "settings.isl")
+    case(2202, "settings-vllm-missing", plan_file(PLAN_ROWS, settings={k: v for k, v in settings().items()
+                                                                      if k != "vllm"}), "settings.vllm")
+    case(2202, "settings-vllm-99", plan_file(PLAN_ROWS, settings=settings(vllm="99.0")), "settings.vllm")
+    case(2202, "model-unreadable", plan_file(PLAN_ROWS, model={**base["model"], "name": "no-such-model",
+                                                              "source": "/nonexistent/config.json"}), "model.source")
+    case(2202, "model-mtp-count", plan_file(PLAN_ROWS, model={**base["model"], "num_mtp_layers": 1}),
+         "model.num_mtp_layers")
+    case(2202, "row-twice", plan_file([PLAN_ROWS[0], {**PLAN_ROWS[1], "row": 0}]), "rows[1].row")
+    case(2202, "candidate-concurrencies", plan_file(PLAN_ROWS, candidates=[{"role": "decode", "topology": "TP2",
+                                                                           "mtp_tokens": 0,
+                                                                           "sweep_concurrencies": "all"}]),
+         "candidates[0].sweep_concurrencies")
+    # cause 3: values vLLM (0.33's own choices and bounds) or pdtune's bounds refuse
+    case(2203, "kv-cache-dtype-fp7", plan_file(PLAN_ROWS, settings=settings(kv_cache_dtype="fp7")),
+         "settings.kv_cache_dtype")
+    case(2203, "gpu-memory-utilization-5", plan_file(PLAN_ROWS, settings=settings(gpu_memory_utilization=5.0)),
+         "settings.gpu_memory_utilization")
+    case(2203, "gpu-memory-utilization-0", plan_file(PLAN_ROWS, settings=settings(gpu_memory_utilization=0)),
+         "settings.gpu_memory_utilization")
+    case(2203, "max-num-batched-tokens-0", plan_file(PLAN_ROWS, settings=settings(max_num_batched_tokens=0)),
+         "settings.max_num_batched_tokens")
+    case(2203, "max-num-batched-tokens-huge", plan_file(PLAN_ROWS, settings=settings(max_num_batched_tokens=1 << 40)),
+         "settings.max_num_batched_tokens")
+    case(2203, "speculative-method", plan_file(PLAN_ROWS, settings=settings(speculative_method="telepathy")),
+         "settings.speculative_method")
+    case(2203, "block-size-big", plan_file(row(0, block_size_to_set="big")), "rows[0].block_size_to_set")
+    case(2203, "block-size-0", plan_file(row(0, block_size_to_set=0)), "rows[0].block_size_to_set")
+    case(2203, "max-num-seqs-300-digits",
+         '{"pdtune_plan": 1' + json.dumps(plan_file(row(0, curve_decode_concurrency_max="@")))[len('{"pdtune_plan": 1'):]
+         .replace('"@"', "9" * 300), "PLAN.json")  # the guarded reader refuses the number itself
+    # within every key's bound, but the engine it makes is not: 2^24 requests on one DP rank
+    case(2203, "max-num-seqs-over-bound", plan_file(row(0, concurrency=1 << 24, decode_concurrency=1 << 24,
+                                                       curve_decode_concurrency_max=1 << 24)), "rows[0].decode")
+    case(2203, "mtp-without-module", plan_file(row(0, mtp_tokens=3)), "rows[0].mtp_tokens")
+    case(2203, "zero-decode-workers", plan_file(row(0, n_decode_workers=0, gpus_decode=0, gpus_total=2)),
+         "rows[0].n_decode_workers")
+    case(2203, "zero-replicas", plan_file(row(1, agg_replicas=0, gpus_total=0)), "rows[1].gpus_total")
+    case(2203, "tp3-for-64-heads", plan_file(row(0, prefill_topology="TP3", gpus_prefill=3, gpus_total=5)),
+         "rows[0].prefill_topology")
+    case(2203, "ep-on-dense", plan_file(row(0, decode_topology="TEP2")), "rows[0].decode_topology")
+    case(2203, "agg-ep-on-dense", plan_file(row(1, topology="TP2DP2+EP", gpus_total=16, agg_replicas=4)),
+         "rows[1].topology")
+    case(2203, "gpus-do-not-add-up", plan_file(row(0, gpus_total=5)), "rows[0].gpus_total")
+    case(2203, "workers-times-layout", plan_file(row(0, gpus_prefill=3, gpus_total=5)), "rows[0].gpus_prefill")
+    case(2203, "over-the-budget", plan_file(row(1, agg_replicas=16, gpus_total=32)), "rows[1].gpus_total")
+    case(2203, "nvlink-beyond-domain", plan_file(row(0, n_decode_workers=4, gpus_decode=8, gpus_total=10)),
+         "rows[0].kv_link")
+    case(2203, "isl-plus-osl", plan_file(PLAN_ROWS, settings=settings(isl=1 << 30, osl=1 << 30)), "settings.osl")
+
+
+_DROP = object()
 
 
 #: A calibration file as ``pdtune calibrate`` writes it (factors rounded), the base of the bad ones.

@@ -15,7 +15,7 @@ import pytest
 from pdtune.paths import article_dir
 
 TABLES = ("table1_activation_peak.csv", "table2_cuda_graphs.csv", "table3_memory_per_engine.csv")
-PAGES = ("01_state", "02_memory", "03_graphs", "04_concurrency")
+PAGES = tuple(p.stem for p in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0[1-4]_*.md")))
 SKIP = {"run"}  # run numbers label rows; they are not results
 
 

@@ -22,18 +22,28 @@ from pdtune.site import bookbuild, bookexec, vendor
 EXPECTED_TOC = [
     "book/index.md",
     "book/workflow.md",
+    "book/course.md",
     "notebooks/01_state.md",
+    "notebooks/01_state_hybrid.md",
+    "notebooks/01_state_vllm.md",
     "notebooks/02_memory.md",
+    "notebooks/02_memory_weights.md",
+    "notebooks/02_memory_reserve.md",
     "notebooks/03_graphs.md",
+    "notebooks/03_graphs_estimate.md",
     "notebooks/04_concurrency.md",
+    "notebooks/04_concurrency_layouts.md",
     "notebooks/05_prefill.md",
     "notebooks/06_decode.md",
     "notebooks/07_frontier.md",
+    "notebooks/07_frontier_rate.md",
+    "notebooks/07_frontier_measured.md",
     "notebooks/08_trust.md",
     "notebooks/09_plan.md",
     "book/glossary.md",
     "book/references.md",
     "book/reproduce.md",
+    "book/checklist.md",
 ]
 
 # Attributes through which a page makes the browser fetch something.
@@ -150,6 +160,25 @@ def test_config_loads_nothing_from_the_internet(config: dict) -> None:
     launch = config["launch_buttons"]
     assert not any(launch.get(k) for k in ("binderhub_url", "jupyterhub_url", "thebe", "colab_url"))
     assert "http" not in json.dumps(config["sphinx"]["config"])
+
+
+def test_the_published_book_is_the_make_book_build() -> None:
+    """GitHub Pages deploys what `make book` writes, nothing else (.github/workflows/book.yml)."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text(encoding="utf-8"))
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    runs = [step.get("run", "") for step in build["steps"]]
+    assert any(run.startswith("make book") for run in runs)
+    upload = next(step for step in build["steps"] if "upload-pages-artifact" in step.get("uses", ""))
+    assert upload["with"]["path"] == "_build/html"
+    assert deploy["needs"] == "build" and any("deploy-pages" in step.get("uses", "") for step in deploy["steps"])
+    assert workflow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+
+
+def test_bibliography_has_no_latex_markup_the_page_would_show() -> None:
+    """pybtex prints LaTeX commands (\\texttt, \\emph) as they are: the References page would show them raw."""
+    text = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("%"))
+    assert re.findall(r"\\[a-zA-Z]+", body) == []
 
 
 def test_config_always_executes_and_keeps_guides_out_of_the_book(config: dict) -> None:

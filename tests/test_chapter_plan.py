@@ -11,7 +11,7 @@ import math
 import pytest
 
 from pdtune.chapters import plan as ch9
-from pdtune.chapters import state as ch1
+from pdtune.chapters import state as ch1, state_text as ch1_text
 from pdtune.model import load_model
 from pdtune.state import plan_state
 from pdtune.units import MiB
@@ -41,7 +41,7 @@ def test_chapter_one_sets_jamba_beside_the_article_under_the_same_arithmetic() -
     assert other.blocks_per_request == 4 * math.ceil(9216 / 160) + 28 == 260
     same = plan_state(load_model("jamba-1.5-mini"), max_model_len=9216, kv_cache_dtype="fp8", vllm="0.33")
     assert other.bytes_per_request == same.bytes_per_request
-    text = ch1.kind_sentence(other)
+    text = ch1_text.kind_sentence(other)
     assert "Mamba1" in text and "260 pages" in text and f"{same.bytes_per_request / MiB:,.2f} MiB" in text
     # the chapter's table: the article's column first, Jamba's beside it
     assert list(ch1.state_summary(ch1.with_article(other)).columns)[0].startswith("the article's")
@@ -57,9 +57,23 @@ def test_the_mixed_pool_plans_prefill_on_another_kind() -> None:
     mixed = ch9.mixed_plan(kwargs, slas, "h200")
     assert not isinstance(mixed, str)
     assert (mixed.plan.prefill_gpu.name, mixed.plan.decode_gpu.name) == ("b200", "h200")
-    assert set(mixed.plan.table["kv_link"]) == {"scale_out"}  # two GPU kinds never share NVLink
+    disagg = mixed.plan.table[mixed.plan.table["mode"] == "disagg"]
+    assert set(disagg["kv_link"]) == {"scale_out"}  # two GPU kinds never share NVLink
     sentence = ch9.mixed_sentence(single, mixed)
-    row = ch9.middle_pick(mixed.plan, ch9.middle_sla(single))
+    row = ch9.middle_pick(mixed.plan, ch9.middle_sla(single), disaggregated=True)
     assert row is not None and row["deployment"] in sentence and "both pools on h200" in sentence
     frame = ch9.picks_frame(single)
     assert list(frame["deployment"]) == [single.row(p.row)["deployment"] for p in single.picks]
+
+
+def test_the_chapter_compares_the_serving_modes_and_prints_runnable_serve_lines() -> None:
+    kwargs = dict(model="gpt-oss-120b", gpu="h200", isl=1024, osl=1024, num_speculative_tokens=0,
+                  plan={"max_gpus": 8})
+    p = ch9.timed_plan(ch9.plan_settings(**kwargs), ch9.plan_slas({"min_tps_per_user": [50]})).plan
+    text = ch9.comparison_sentences(p)
+    assert "wins" in text and "x the best" in text
+    assert set(ch9.frontier_frame(p)["mode"]) <= {"agg", "disagg"} and "mode" in ch9.picks_frame(p)
+    row = ch9.middle_pick(p)
+    lines = ch9.serve_lines(ch9.recipe_texts(p, row)["serve"]).splitlines()
+    assert lines and all("vllm serve openai/gpt-oss-120b" in line for line in lines)
+    assert all(line.startswith("CUDA_VISIBLE_DEVICES=") for line in lines)

@@ -112,3 +112,26 @@ def test_bad_config_file_through_the_installed_command(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert str(cfg) in done.stderr and "vocab_size" in done.stderr
+
+
+KIMI_LIKE = Path(__file__).resolve().parent / "fixtures" / "models" / "kimi-k2-like"
+
+
+def test_memory_for_weights_that_do_not_fit_prints_no_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    """Kimi-K2's config says bfloat16: TEP8 on B200 does not fit, said in words, never as "nan"; with its real
+    FP8 weights (--weights fp8) the same layout holds requests."""
+    import json as _json
+
+    argv = ["memory", "--model", str(KIMI_LIKE), "--topology", "TEP8", "--gpu", "b200"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "nan" not in text.lower() and "none, weights do not fit" in text and "--weights" in text
+    assert main([*argv, "--json"]) == 0
+    out = _json.loads(capsys.readouterr().out)  # strict JSON: NaN would not parse with json's defaults off
+    assert out["note"] == "weights do not fit" and out["mib_per_request_rank"] > 0
+    assert "requests_per_engine" not in out
+    assert main([*argv, "--weights", "fp8"]) == 0
+    fp8 = capsys.readouterr().out
+    assert "(fp8+fp8-experts weights)" in fp8 and "nan" not in fp8.lower()
+    requests = float(fp8.split("rank): ", 1)[1].split(";", 1)[0])
+    assert requests > 50

@@ -70,4 +70,5 @@ def test_every_subcommand_and_every_cause_is_covered() -> None:
     assert subcommands() <= covered, f"subcommands without a bad input: {sorted(subcommands() - covered)}"
     causes = {c.cause for c in CASES}
     assert set(range(1, 15)) - {12} <= causes, "cause 12 (signals) is test_workbook_signals.py's"
+    assert {2202, 2203} <= causes, "issue 22's causes 2 and 3: plan files recipe reads"
     assert len(CASES) >= 400

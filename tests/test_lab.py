@@ -31,7 +31,7 @@ from test_browser import CHROMIUM, LAUNCH_ARGS, _is_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lab")]
 
-CHAPTER = "02_memory.md"  # its explorer: the gpu_memory_utilization what-if
+CHAPTER = "02_memory_reserve.md"  # its explorer: the gpu_memory_utilization what-if
 START_TIMEOUT_S = 90
 RUN_TIMEOUT_MS = 180_000
 
@@ -136,7 +136,7 @@ def test_lab_runs_a_chapter_and_its_explorer_responds(tmp_path: Path) -> None:
             assert after != before
             shots = ROOT / "_build" / "screenshots"
             shots.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(shots / "lab__02_memory.png"))
+            page.screenshot(path=str(shots / "lab__02_memory_reserve.png"))
         finally:
             browser.close()
     assert outside == [], f"JupyterLab asked the internet for: {outside}"

@@ -104,19 +104,21 @@ CODE_WIDTH, SOLUTION_CODE_WIDTH = 88, 86
 @pytest.mark.parametrize("chapter", sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.md")))
 def test_code_lines_fit_the_column(chapter: str) -> None:
     """Every code line but the parameters cell's (whose comments wrap on the page) fits the column."""
-    too_long, in_solution, fence, parameters = [], False, False, False
+    too_long, in_solution, fence, parameters, hidden = [], False, False, False, False
     for number, line in enumerate((ROOT / "notebooks" / f"{chapter}.md").read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("```{solution-start}"):
             in_solution = True
         elif line.startswith("```{solution-end}"):
             in_solution = False
         elif line.startswith("```{code-cell}"):
-            fence, parameters = True, False
+            fence, parameters, hidden = True, False, False
         elif fence and line.startswith("```"):
             fence = False
         elif fence:
-            parameters = parameters or line.strip() == ":tags: [parameters]"
-            width = SOLUTION_CODE_WIDTH if in_solution else CODE_WIDTH
+            tags = line.strip() if line.strip().startswith(":tags:") else ""
+            parameters = parameters or "parameters" in tags
+            hidden = hidden or "hide-input" in tags  # folded like a solution, as narrow
+            width = SOLUTION_CODE_WIDTH if in_solution or hidden else CODE_WIDTH
             if not parameters and len(line) > width:
                 too_long.append(f"line {number} ({len(line)} > {width}): {line.strip()[:70]}")
     assert too_long == [], "\n".join(too_long)

@@ -34,6 +34,8 @@ from pdtune.topology import parse_topology
 REQUIRED = ("gpus_total", "tps_per_gpu", "tps_per_user", "ttft_ms_p50", "kv_transfer_ms")
 INTEGER_COLUMNS = ("gpus_total", "gpus_prefill", "gpus_decode", "n_prefill_workers", "n_decode_workers",
                    "concurrency", "prefill_concurrency", "decode_concurrency", "replicas_in_budget")
+#: What an aggregated row carries as whole numbers instead of the workers of the two pools.
+AGG_INTEGER_COLUMNS = ("gpus_total", "concurrency", "agg_replicas", "server_concurrency", "replicas_in_budget")
 
 
 def _settings(model: str, gpu: str, n: int, **kw: object) -> PlanSettings:
@@ -59,16 +61,33 @@ def _check_rows(p: Plan) -> None:
     table = p.table
     assert len(table) and (table["gpus_total"] <= p.settings.max_gpus).all()
     assert (p.rows["gpus_total"] <= p.settings.max_gpus).all()
+    assert set(table["mode"]) == {"agg", "disagg"}
     for row in p.to_dict()["rows"]:
         for key in REQUIRED:
-            assert row[key] is not None and row[key] > 0, key
+            assert row[key] is not None and row[key] >= 0, key
+        # Issue 20: every reported row says where its latencies come from, and its tails are ordered.
+        assert row["latency_model"] == "steady-state"
+        assert row["ttft_ms_p99"] >= row["ttft_ms_p90"] >= row["ttft_ms_p50"] > 0
+        assert row["tpot_ms_p99"] >= row["tpot_ms_p90"] >= row["tpot_ms_p50"] > 0
+        assert row["tps_per_user"] == pytest.approx(1000 / row["tpot_ms_p50"])
+        if row["mode"] == "agg":
+            # k replicas of one server fill the budget; no KV crosses between engines.
+            topo = parse_topology(row["topology"])
+            assert row["agg_replicas"] == p.settings.max_gpus // topo.gpus
+            assert row["gpus_total"] == row["agg_replicas"] * topo.gpus
+            assert row["deployment"] == f"{row['agg_replicas']}x{topo.canonical}"
+            assert row["concurrency"] == row["agg_replicas"] * row["server_concurrency"]
+            assert row["kv_transfer_ms"] == 0 and row["n_prefill_workers"] is None and row["gpus_prefill"] is None
+            for key in AGG_INTEGER_COLUMNS:
+                assert isinstance(row[key], int), (key, row[key])
+            continue
+        assert row["kv_transfer_ms"] > 0
         for key in INTEGER_COLUMNS:
             assert isinstance(row[key], int), (key, row[key])
         assert row["gpus_total"] == row["gpus_prefill"] + row["gpus_decode"]
         # TTFT = the prefill engine's TTFT + the KV transfer; the share is of the whole.
         assert row["ttft_ms_p50"] == pytest.approx(row["prefill_ttft_ms"] + row["kv_transfer_ms"])
         assert row["kv_transfer_share"] == pytest.approx(row["kv_transfer_ms"] / row["ttft_ms_p50"])
-        assert row["tps_per_user"] == pytest.approx(1000 / row["tpot_ms_p50"])
 
 
 def test_deepseek_v3_on_72_gb200_every_row_has_the_columns(dsv3: Plan) -> None:
@@ -81,7 +100,7 @@ def test_deepseek_v3_on_72_gb200_every_row_has_the_columns(dsv3: Plan) -> None:
     ok = dsv3.rows[dsv3.rows["tps_per_user"] >= 20]
     assert row["tps_per_gpu"] == pytest.approx(ok["tps_per_gpu"].max())
     assert dsv3.modeled and dsv3.counts["frontier_rows_network_charged"] == 0  # 72 GPUs: one NVL72 domain
-    assert set(dsv3.table["kv_link"]) == {"nvlink"}
+    assert set(dsv3.table["kv_link"]) == {"nvlink", "none"}  # "none": the aggregated rows
 
 
 def test_the_frontier_is_the_undominated_set_of_the_feasible_rows(dsv3: Plan) -> None:
@@ -99,9 +118,11 @@ def test_plan_cli_json_is_what_recipe_reads(capsys: pytest.CaptureFixture[str]) 
     data = json.loads(capsys.readouterr().out)
     assert data["generator"] == "pdtune plan" and data["modeled"] is True
     assert data["picks"][0]["met"] and data["rows"]
+    assert data["pdtune_plan"] == 1 and data["latency_model"] == "steady-state"
     for row in data["rows"]:
         assert all(row[k] is not None for k in REQUIRED)
-        assert all(isinstance(row[k], int) for k in INTEGER_COLUMNS)
+        assert all(isinstance(row[k], int) for k in (INTEGER_COLUMNS if row["mode"] == "disagg" else
+                                                       AGG_INTEGER_COLUMNS))
         assert row["curve_concurrencies"] == sorted(row["curve_concurrencies"])
         assert row["concurrency"] in row["curve_concurrencies"]
 
@@ -144,9 +165,12 @@ def test_hybrid_rows_with_different_tp_set_one_block_size(article_plan: Plan) ->
 
 def test_mixed_pool_b200_prefill_h200_decode(mixed: Plan) -> None:
     _check_rows(mixed)
-    t = mixed.table
+    t = mixed.table[mixed.table["mode"] == "disagg"]
     assert set(t["prefill_gpu"]) == {"b200"} and set(t["decode_gpu"]) == {"h200"}
-    assert set(mixed.rows["kv_link"]) == {"scale_out"}  # GPU kinds never share NVLink
+    disagg = mixed.rows[mixed.rows["mode"] == "disagg"]
+    assert set(disagg["kv_link"]) == {"scale_out"}  # GPU kinds never share NVLink
+    # The aggregated baseline runs on either kind, the whole budget of it.
+    assert set(mixed.rows.loc[mixed.rows["mode"] == "agg", "prefill_gpu"]) == {"b200", "h200"}
     assert {c.gpu for c in mixed.candidates if c.role == "prefill"} == {"b200"}
     assert {c.gpu for c in mixed.candidates if c.role == "decode"} == {"h200"}
     # 50 GB/s ConnectX-7 on both ends: every transfer is at least the bytes over 50 GB/s.
@@ -159,7 +183,7 @@ def test_groups_over_an_nvlink_domain_are_charged_and_flagged(mixed: Plan) -> No
     charges at the NIC's 50 GB/s; every row built on it says so, and no row with a group over 8 GPUs goes
     unflagged."""
     h200, b200 = load_gpu("h200"), load_gpu("b200")
-    for row in mixed.rows.itertuples():
+    for row in mixed.rows[mixed.rows["mode"] == "disagg"].itertuples():
         spans = spans_nvlink_domain(b200, parse_topology(row.prefill_topology)) or spans_nvlink_domain(
             h200, parse_topology(row.decode_topology))
         assert row.network_charged == spans
@@ -178,7 +202,7 @@ def test_16_h200_never_spans_a_domain_uncharged_and_says_which_rows_do() -> None
     p = plan(_settings("qwen3-next-80b-a3b", "h200", 16))
     _check_rows(p)
     h200 = load_gpu("h200")
-    for row in p.rows.itertuples():
+    for row in p.rows[p.rows["mode"] == "disagg"].itertuples():
         spans = spans_nvlink_domain(h200, parse_topology(row.prefill_topology)) or spans_nvlink_domain(
             h200, parse_topology(row.decode_topology))
         assert row.network_charged == spans
@@ -190,20 +214,45 @@ def test_16_h200_never_spans_a_domain_uncharged_and_says_which_rows_do() -> None
     assert len(flagged) and flagged["network_groups"].str.contains("NVLink domains").all()
 
 
-def test_measured_sweeps_replace_the_model_and_keep_their_label() -> None:
+def test_measured_sweeps_replace_the_model_and_keep_their_label(capsys: pytest.CaptureFixture[str]) -> None:
     """The committed modeled dataset read back as isolated sweeps: its files say "modeled": true, so the rows
-    stay modeled, with the files named as their source."""
+    stay modeled, with the files named as their source. Its decode sweeps ran at ISL/OSL 1/1024 (the article's
+    decode isolation, OSL 1000): their requests hold 501 tokens of context on average, the plan's 8,704, so they are
+    refused, one line naming the file and the ISL to measure at."""
     root = clusters_dir() / "gb300-qwen3.8-modeled"
-    p = plan(_settings("qwen3.8-2.4t", "gb300", 72), prefill_results=[str(root / "prefill")],
-             decode_results=[str(root / "decode")])
+    p = plan(_settings("qwen3.8-2.4t", "gb300", 72), prefill_results=[str(root / "prefill")])
     _check_rows(p)
-    assert p.table["prefill_source"].str.startswith("modeled: ").all()
-    assert p.table["prefill_source"].str.contains("gb300-qwen3.8-modeled").all()
+    disagg = p.table[p.table["mode"] == "disagg"]
+    assert disagg["prefill_source"].str.startswith("modeled: ").all()
+    assert disagg["prefill_source"].str.contains("gb300-qwen3.8-modeled").all()
     assert {c.topology for c in p.candidates if c.role == "prefill"} <= {
         parse_topology(t).canonical for t in ("TP4DP2+EP", "TP2DP4+EP", "TP4DP4+EP", "TP2DP8+EP", "DP16+EP",
                                               "TP1PP6+EP", "TP1PP8+EP", "TP8+EP", "TP16+EP")}
-    # Decode-only sweeps ran at ISL 1: points beyond the engines' KV room at 8192 + 1024 are dropped.
-    assert p.counts["decode_points_above_kv_room"] > 0
+    argv = ["plan", "qwen3.8-2.4t", "--gpu", "gb300", "--max-gpus", "72", "--isl", "8192", "--osl", "1024",
+            "--decode-results", str(root / "decode")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gb300-qwen3.8-modeled/decode" in err and ": isl:" in err
+    assert "501 tokens of context on average (ISL/OSL 1/1000), the plan's 8,704" in err
+    assert "measure decode at ISL 1, OSL 17408" in err
+
+
+def test_decode_context_changes_tpot_as_the_issue_says() -> None:
+    """Why the context check: the same DeepSeek-V3 decode layout at the same load, by pdtune's model, decodes far
+    slower at ISL 8192 than at ISL 1 (issue 20 quotes 19.5 ms against 38.2 ms), and a sweep at ISL 1 with
+    OSL 2 x 8192 + 1024 holds the plan's mean context, so its TPOT is the plan's within a few percent."""
+    from pdtune.plan.pools import decode_context, matching_decode_osl
+
+    spec, gpu, topo = load_model("deepseek-v3"), load_gpu("gb200"), parse_topology("TP8")
+    # 128 requests: within the engine's KV room at 8192 + 1024 (beyond it the model charges preemption).
+    short = predict_decode(spec, gpu, topo, [128], isl=1, osl=1024)[0].tpot_ms
+    planned = predict_decode(spec, gpu, topo, [128], isl=8192, osl=1024)[0].tpot_ms
+    matched = predict_decode(spec, gpu, topo, [128], isl=1, osl=matching_decode_osl(8192, 1024))[0].tpot_ms
+    print(f"TP8 decode TPOT at 128 requests: ISL 1 {short:.1f} ms, ISL 8192 {planned:.1f} ms, "
+          f"ISL 1 OSL 17408 {matched:.1f} ms")
+    assert planned > 1.3 * short
+    assert matched == pytest.approx(planned, rel=0.05)
+    assert decode_context(1, 17408) == pytest.approx(decode_context(8192, 1024), abs=1)
 
 
 def test_a_ttft_limit_is_met_by_the_pick() -> None:
@@ -291,9 +340,71 @@ def test_other_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
 
 def test_summaries_for_the_chapter(dsv3: Plan) -> None:
     summary = dsv3.search_summary()
-    assert list(summary["role"]) == ["prefill", "decode"]
-    assert summary["candidates"].sum() == len(dsv3.candidates)
+    assert list(summary["role"]) == ["prefill", "decode", "aggregated"]
+    assert summary["candidates"].sum() == len(dsv3.candidates) + dsv3.counts["aggregated_candidates"]
     assert summary["rejected"].sum() == len(dsv3.rejected) and summary["pruned"].sum() == len(dsv3.pruned)
     transfers = dsv3.transfer_frame()
     assert len(transfers) and (transfers["share_of_ttft_max"] < 1).all()
     assert (transfers["kv_transfer_ms"] > 0).all()
+
+
+def test_every_reported_row_and_sla_check_goes_through_the_evaluation_step() -> None:
+    """The structure a scheduler simulation plugs into (pdtune.plan.evaluate): an evaluator that triples every TTFT
+    and takes 5 rows a call changes what the table reports and which row meets a TTFT limit; the steady-state
+    ranking only orders the candidates it is asked about."""
+    from pdtune.plan import Evaluator, evaluate_rows
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128)
+    base = plan(s, [Sla(min_tps_per_user=30)])
+    pick = base.row(base.picks[0].row)
+    limit = 2 * pick["ttft_ms_p50"]  # the steady-state pick meets it; tripled, it does not
+    calls: list[int] = []
+
+    def slower(rows: object) -> object:
+        calls.append(len(rows))  # type: ignore[arg-type]
+        out = evaluate_rows(rows, base.tpot_p90)  # type: ignore[arg-type]
+        return out.assign(ttft_ms_p50=3 * out["ttft_ms_p50"], ttft_ms_p90=3 * out["ttft_ms_p90"],
+                          ttft_ms_p99=3 * out["ttft_ms_p99"], latency_model="tripled TTFT")
+
+    p = plan(s, [Sla(min_tps_per_user=30, max_ttft_ms=limit)], evaluator=Evaluator("tripled TTFT", slower, batch=5))
+    assert p.latency_model == "tripled TTFT" and set(p.table["latency_model"]) == {"tripled TTFT"}
+    got = p.row(p.picks[0].row)
+    assert got["ttft_ms_p50"] <= limit
+    assert (got["deployment"], got["concurrency"]) != (pick["deployment"], pick["concurrency"])
+    same = p.rows[(p.rows["deployment"] == got["deployment"]) & (p.rows["concurrency"] == got["concurrency"])]
+    assert got["ttft_ms_p50"] == pytest.approx(3 * float(same["ttft_ms_p50"].iloc[0]))  # the evaluator's numbers
+    assert max(calls[:-1]) <= 5 and len(calls) > 2  # candidates came a batch at a time
+
+
+def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
+    """--latency-model simulated (pdtune.sim, issue 23): a small plan's reported rows are simulated runs of their
+    benchmark, with queueing tails the steady-state model has not (its TTFT p90 equals the median); the pick
+    meets its SLA on the simulated numbers."""
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128,
+                     prefill_topologies=("TP2",), decode_topologies=("TP2", "TP4"), latency_model="simulated")
+    p = plan(s, [Sla(min_tps_per_user=30)])
+    t = p.table
+    assert p.latency_model == "simulated (pdtune.sim)" and set(t["latency_model"]) == {p.latency_model}
+    assert (t["ttft_ms_p99"] >= t["ttft_ms_p90"]).all() and (t["ttft_ms_p90"] >= t["ttft_ms_p50"]).all()
+    assert (t["tpot_ms_p99"] >= t["tpot_ms_p90"]).all() and (t["tpot_ms_p90"] >= t["tpot_ms_p50"]).all()
+    assert (t["ttft_ms_p90"] > 1.2 * t["ttft_ms_p50"]).any()  # queueing the steady-state model cannot show
+    pick = p.row(p.picks[0].row)
+    assert pick["tps_per_user"] >= 30 and pick["tps_per_user"] == pytest.approx(1000 / pick["tpot_ms_p50"])
+    assert p.to_dict()["latency_note"].startswith("pdtune.sim")
+
+
+KIMI_LIKE = Path(__file__).resolve().parent / "fixtures" / "models" / "kimi-k2-like"
+
+
+@pytest.mark.slow
+def test_weights_say_what_the_config_does_not(capsys: pytest.CaptureFixture[str]) -> None:
+    """A Kimi-K2-like config says bfloat16: no deployment fits 16 B200s. With its FP8 weights (--weights fp8) the
+    plan fits one TEP8 per pool, and its model line says so."""
+    argv = ["plan", str(KIMI_LIKE), "--gpu", "b200", "--max-gpus", "16", "--isl", "8192", "--osl", "1024",
+            "--min-tps-per-user", "20"]
+    assert main(argv) == 2
+    assert "fewer than the smallest deployment" in capsys.readouterr().err
+    assert main([*argv, "--weights", "fp8", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["model"]["precision"] == "fp8+fp8-experts"
+    assert plan["picks"][0]["met"] and plan["rows"][plan["picks"][0]["row"]]["gpus_total"] <= 16

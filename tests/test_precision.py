@@ -53,4 +53,4 @@ def test_weights_dtype_flag() -> None:
     assert moe.weights.experts == Fraction(9, 16) and model_costs(moe).expert_dtype == "bf16"
     with pytest.raises(InputError) as err:
         parse_weights_dtype("int3", spec)
-    assert err.value.field == "weights_dtype"
+    assert err.value.field == "weights" and err.value.source == "--weights"

@@ -1,7 +1,7 @@
 """pdtune.sim makes the same scheduling decisions as vLLM 0.33's own Scheduler at every recorded call.
 
 The traces in data/vllm/scheduler-traces/ were recorded by scripts/scheduler_traces.py (``make scheduler-traces``)
-from vLLM 0.33.0 on a CPU; pdtune.sim.trace.replay runs the same loop through pdtune.sim.scheduler.Scheduler and
+from vLLM 0.33.0 on a CPU; pdtune.sim.replay.replay runs the same loop through pdtune.sim.scheduler.Scheduler and
 compares, at every schedule() and update_from_output(): tokens per request, draft tokens, preempted and sampling
 requests, free blocks, every request's blocks per group, the running and waiting queues, finished requests.
 """
@@ -12,7 +12,7 @@ import pytest
 
 from pdtune.model import load_model
 from pdtune.sim.kvcache import KVLayout
-from pdtune.sim.trace import layout_of, load, replay, traces_dir
+from pdtune.sim.replay import layout_of, load, replay, traces_dir
 from pdtune.state import plan_state
 
 TRACES = sorted(traces_dir().glob("*.json"))

@@ -181,8 +181,12 @@ def test_sliding_window_layers_keep_a_window() -> None:
 
 def test_version_lines() -> None:
     assert not Semantics.for_version("0.11").kernel_alignment
-    assert Semantics.for_version("0.26.1rc1.dev1177+ga9a17e709").has_all_mode
-    assert not Semantics.for_version("0.28").has_all_mode
+    assert Semantics.for_version("0.26.1rc1.dev1177+ga9a17e709").all_mode_default
+    # The wheels: MambaModelConfig.verify_and_update_config defaults Mamba2 models to "all" under prefix
+    # caching in 0.20-0.27 only ("align" from 0.28), but config/cache.py's MambaCacheMode keeps "all" as a
+    # choice through 0.31 (the earlier rule "no 'all' from 0.28" was wrong for an explicit --mamba-cache-mode).
+    assert not Semantics.for_version("0.28").all_mode_default and Semantics.for_version("0.28").has_all_mode
+    assert Semantics.for_version("0.31").has_all_mode and not Semantics.for_version("0.32").has_all_mode
     assert Semantics.for_version("0.21").tokens_from_concurrency and not Semantics.for_version("0.20").tokens_from_concurrency
     assert Semantics.for_version("0.33").gdn_checkpoint_block and not Semantics.for_version("0.32").gdn_checkpoint_block
     with pytest.raises(InputError, match="older than 0.11"):

@@ -142,22 +142,25 @@ def test_state_help_names_the_in_flight_rule(capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize("tp", TPS)
 def test_llama4_chunked_layers_promoted_without_hma(tp: int) -> None:
     # config/vllm.py VllmConfig.__post_init__: chunked local attention turns the hybrid KV-cache manager off
-    # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; kv_cache_planning.py
-    # unify_hybrid_kv_cache_specs then makes the 36 chunked layers full attention: one group of 48 layers,
-    # 32768 / 16 = 2048 blocks. 40 heads / 8 KV heads, head_dim 128 -> page 16 x (8 / tp) x 128 x 2 x 2.
-    plan = plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=L, tp=tp)
-    assert not plan.hybrid_kv_cache_manager
-    assert groups(plan) == [("full_attention", 48, 0, 2048)]
-    assert plan.block_bytes == 16 * (8 // tp) * 128 * 2 * 2
+    # when VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 0 (its default in 0.11, envs.py; "1" from
+    # 0.20, data/vllm/switches.csv); kv_cache_planning.py unify_hybrid_kv_cache_specs then makes the 36
+    # chunked layers full attention: one group of 48 layers, 32768 / 16 = 2048 blocks. 40 heads / 8 KV heads,
+    # head_dim 128 -> page 16 x (8 / tp) x 128 x 2 x 2.
+    for plan in (plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=L, tp=tp, allow_chunked_local_hma=False),
+                 plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=L, tp=tp, vllm="0.11")):
+        assert not plan.hybrid_kv_cache_manager
+        assert groups(plan) == [("full_attention", 48, 0, 2048)]
+        assert plan.block_bytes == 16 * (8 // tp) * 128 * 2 * 2
 
 
 @pytest.mark.parametrize("tp", TPS)
 def test_llama4_chunked_layers_with_hma(tp: int) -> None:
-    # With the switch: layers 3, 7, ..., 47 (no RoPE, no_rope_layer_interval 4) full, 36 chunked (8192).
-    # kv_cache_interface.py ChunkedLocalAttentionSpec.max_admission_blocks_per_request:
+    # 0.20+ default (the variable "1"): layers 3, 7, ..., 47 (no RoPE, no_rope_layer_interval 4) full, 36
+    # chunked (8192). kv_cache_interface.py ChunkedLocalAttentionSpec.max_admission_blocks_per_request:
     #   cdiv(min(8192 + 16384, 32768), 16) = 1536. Group size min(36, 12) = 12 -> 3 chunked groups + 1 full.
     #   3 x 1536 + 2048 = 6656 pool blocks per request.
-    plan = plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=L, tp=tp, allow_chunked_local_hma=True)
+    plan = plan_state(load_model("llama-4-scout-17b-16e"), max_model_len=L, tp=tp)
+    assert plan.hybrid_kv_cache_manager
     assert groups(plan) == [("chunked_attention", 12, 0, 1536)] * 3 + [("full_attention", 12, 0, 2048)]
     assert plan.pool_blocks_per_request == 6656
 

@@ -469,3 +469,13 @@ def test_glue_numbers_hands_plain_values_to_myst_nb(monkeypatch: pytest.MonkeyPa
                      ("memory-t3-min-kv_cache_gib", 133.96, False),
                      ("memory-t3-max-kv_cache_gib", 133.96, False)]
     assert type(glued[0][1]) is int
+
+
+def test_a_small_negative_rounded_to_zero_shows_no_sign() -> None:
+    """Table 2's run 3 used 0.01 GiB more than its estimate: -0.013 requests is "0.0", not "-0.0"."""
+    import pandas as pd
+
+    from pdtune.chapters.display import styled
+
+    html = styled(pd.DataFrame({"requests_article": [-0.013, -1.25, 0.0], "unused_gib": [-0.001, -0.5, 2.0]})).to_html()
+    assert "-0.0<" not in html and ">0.0<" in html and "-1.2" in html and "-0.50" in html

@@ -120,3 +120,21 @@ def test_cli_bad_topology_is_one_line_exit_2(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "DQ2" in err and "Traceback" not in err
+
+
+def test_the_layout_notation_is_one_text_in_plan_help_and_the_glossary(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 20: `plan --help` defines TP4DP2+EP, TEP64, DP8+EP and 4xA : 1xB with the words of the book's glossary
+    entry "layout notation"; both come from pdtune.topology.LAYOUT_NOTATION."""
+    from pathlib import Path
+
+    from pdtune.cli import main
+    from pdtune.topology import LAYOUT_NOTATION
+
+    glossary = (Path(__file__).resolve().parents[1] / "book" / "glossary.md").read_text(encoding="utf-8")
+    body = glossary.split("\nlayout notation\n", 1)[1].split("\n\n", 1)[0]
+    assert " ".join(body.split()) == LAYOUT_NOTATION
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert " ".join(LAYOUT_NOTATION.split()) in " ".join(capsys.readouterr().out.split())
+    for name in ("TP4DP2+EP", "TEP64", "DP8+EP", "4xA : 1xB"):
+        assert name in LAYOUT_NOTATION

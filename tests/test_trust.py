@@ -149,7 +149,7 @@ def test_the_inferencex_throughput_end_is_reported() -> None:
     top = real.check["measured_tps_per_gpu"].max()
     assert end["measured"] == pytest.approx(top)
     assert math.isclose(end["error"], end["predicted"] / end["measured"] - 1, rel_tol=1e-9)
-    assert "throughput end" in real.throughput_end_sentence
+    assert end["concurrency"] == int(real.check.loc[real.check["measured_tps_per_gpu"].idxmax(), "concurrency"])
 
 
 def test_charts_that_mix_measured_and_modeled_label_both() -> None:

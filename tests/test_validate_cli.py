@@ -128,7 +128,12 @@ def test_predict_agg_rises_with_concurrency(capsys: pytest.CaptureFixture[str]) 
         (["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "a800"], "gpu"),
         (["validate", str(SILICON), "--model", "deepseek-v3", "--gpu", "h200"], "model"),
         (["predict", "gpt-oss-120b", "--gpu", "h200", "--topology", "TP2", "--mode", "agg", "--weights-dtype",
-          "fp6"], "weights_dtype"),
+          "fp6"], "weights"),
+        (["predict", "gpt-oss-120b", "--gpu", "h200", "--topology", "TP2", "--mode", "agg", "--weights", "fp6"],
+         "weights"),
+        (["memory", "--model", "gpt-oss-120b", "--topology", "TP2", "--gpu", "h200", "--weights", "fp6"], "weights"),
+        (["plan", "gpt-oss-120b", "--gpu", "h200", "--max-gpus", "8", "--isl", "1024", "--osl", "1024", "--weights",
+          "fp6"], "weights"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -327,3 +327,67 @@ def test_cli_log_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     (check,) = data["cross_check"]
     assert (check["logged_kv_cache_tokens"], check["predicted_kv_cache_tokens"], check["tokens_difference"]) == (
         295_552, 295_552, 0)
+
+
+# ------------------------------------------------------------------------------------ the environment a log shows
+
+
+def _llama4_log(warning: bool, tokens: str, concurrency: str) -> str:
+    """A start-up log written here (not a real one) in vLLM 0.33's line forms, for Llama-4-Scout at TP 1."""
+    lines = [
+        line("vLLM API server version 0.33.0", "APIServer", 1),
+        line("non-default args: {'model_tag': 'meta-llama/Llama-4-Scout-17B-16E-Instruct', 'max_model_len': 32768, "
+             "'max_num_batched_tokens': 8192, 'enable_prefix_caching': False}", "APIServer", 1),
+        line("Unknown vLLM environment variable detected: VLLM_SERVE_ARGS", "APIServer", 1, "WARNING"),
+    ]
+    if warning:  # config/vllm.py VllmConfig.__post_init__, when the variable is 0
+        lines.append(line("There is a latency regression when using chunked local attention with the hybrid KV "
+                          "cache manager. Disabling it, by default. To enable it, set the environment "
+                          "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1.", "APIServer", 1, "WARNING"))
+    lines += [
+        line("Available KV cache memory: 40.0 GiB", "EngineCore", 2),
+        line(f"GPU KV cache size: {tokens} tokens, Maximum concurrency for 32,768 tokens per request: {concurrency}x",
+             "EngineCore", 2),
+    ]
+    return "\n".join(lines)
+
+
+def test_log_environment_lines_are_read() -> None:
+    log = parse_log_text(_llama4_log(True, "218,448", "6.67") + "\n" + line(
+        "Turning off hybrid kv cache manager because `--kv-transfer-config` selects a KV connector that does not "
+        "support it.", "APIServer", 1, "WARNING") + "\n" + line(
+        "non-default args: {'model_tag': 'x', 'disable_hybrid_kv_cache_manager': True}", "APIServer", 1))
+    c = log.config
+    assert c.chunked_local_hma == "0" and c.kv_connector_without_hma is True
+    assert c.unknown_env == ("VLLM_SERVE_ARGS",) and c.disable_hybrid_kv_cache_manager is True
+
+
+@pytest.mark.parametrize(("warning", "tokens", "concurrency", "blocks"), [
+    # 40 GiB // (48 layers x 65,536 B) = 13,653 blocks of 2,048 per request: int(13,653 / 2,048 x 32,768) = 218,448
+    (True, "218,448", "6.67", 13_653),
+    # the default (variable 1): 4 groups of 12, 40 GiB // (12 x 65,536) = 54,613 blocks, 6,656 per request:
+    # int(54,613 / 6,656 x 32,768) = 268,864
+    (False, "268,864", "8.21", 54_613),
+])
+def test_cross_check_follows_the_chunked_local_warning(warning: bool, tokens: str, concurrency: str,
+                                                       blocks: int) -> None:
+    (check,) = cross_check(parse_log_text(_llama4_log(warning, tokens, concurrency)), "llama-4-scout-17b-16e")
+    assert check.num_blocks == blocks
+    assert check.logged_kv_cache_tokens == check.predicted_kv_cache_tokens == int(tokens.replace(",", ""))
+    assert (check.settings_extra.get("vllm_env") == "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0") is warning
+    assert any("VLLM_SERVE_ARGS" in note for note in check.notes)
+
+
+def test_log_vllm_env_flag_is_applied_and_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "llama4.log"
+    path.write_text(_llama4_log(False, "268,864", "8.21"))
+    assert main(["log", str(path), "--model", "llama-4-scout-17b-16e", "--json",
+                 "--vllm-env", "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (check,) = out["cross_check"]
+    assert check["num_blocks"] == 13_653  # the flag's 0: one group of 48 layers
+    # ... which this log (no warning: the manager stayed on) contradicts: 218,448 predicted, 268,864 logged
+    assert (check["predicted_kv_cache_tokens"], check["tokens_inside"]) == (218_448, False)
+    assert check["given"] == ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0"]
+    assert main(["log", str(path), "--model", "llama-4-scout-17b-16e", "--vllm-env", "VLLM_NOPE=1"]) == 2
+    assert "VLLM_NOPE" in capsys.readouterr().err

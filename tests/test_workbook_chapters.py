@@ -84,10 +84,13 @@ def test_bundled_parameter_set_runs_every_chapter(
     summary = json.loads((out / SUMMARY_JSON).read_text(encoding="utf-8"))
     assert [c["status"] for c in summary["chapters"]] == ["ok"] * len(CHAPTERS)
     values = load_parameters(params_file).values()
+    from exercises import solution_problems
+
     for c in CHAPTERS:
         notebook = json.loads((out / c.notebook).read_text(encoding="utf-8"))
         errors = [o for cell in notebook["cells"] for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         assert errors == [], c.name
+        assert solution_problems(out / c.notebook) == [], c.name  # every exercise's solution ran (tests/exercises.py)
         injected = notebook["metadata"]["papermill"]["parameters"]
         assert injected and all(injected[k] == values[k] for k in injected), c.name
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from pdtune import __version__, commands
 from pdtune.commands._common import check_shared
+from pdtune.switches import parse_assignments, vllm_environment
 from pdtune.errors import DataError, InputError
 from pdtune.signals import Terminated, terminate_raises
 
@@ -55,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = f"pdtune {args.command}"
         with terminate_raises():  # SIGTERM unwinds like Ctrl-C: every clean-up on the way runs
             check_shared(args)
-            return int(args.func(args) or 0)
+            with vllm_environment(parse_assignments(getattr(args, "vllm_env", None) or [])):
+                return int(args.func(args) or 0)
     except (InputError, DataError) as exc:
         print(f"{command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

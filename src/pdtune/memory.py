@@ -23,7 +23,6 @@ from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_S
 from pdtune.model import ModelSpec
 from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.units import GiB, MiB, cdiv
-from pdtune.versions import at_least
 
 
 class Accounting(StrEnum):
@@ -76,9 +75,12 @@ class Waterfall:
 
     @property
     def requested(self) -> int:
-        """``total * gpu_memory_utilization``: rounded up from 0.20 (``request_memory``), truncated in 0.11."""
+        """``total * gpu_memory_utilization``: rounded up where the line does (``request_memory``, from 0.20:
+        ``rule:requested_memory_rounded_up``), truncated in 0.11."""
+        from pdtune import switches
+
         exact = self.total * self.gpu_memory_utilization
-        return math.ceil(exact) if at_least(self.version, "0.20") else int(exact)
+        return math.ceil(exact) if switches.rule("requested_memory_rounded_up", self.version) else int(exact)
 
     @property
     def reserve(self) -> int:
@@ -177,16 +179,25 @@ class GraphPlan:
         }
 
 
-def capture_sizes(max_capture_size: int, max_num_batched_tokens: int) -> list[int]:
-    """vLLM's default capture list below ``max_capture_size``: 1, 2, 4, then every 8 to 248, every 16 from 256.
+def capture_sizes(max_capture_size: int, max_num_batched_tokens: int, vllm: str = "0.33") -> list[int]:
+    """vLLM's default capture list below ``max_capture_size``: 1, 2, 4, then every 8 to 248, every 16 from 256
+    (0.11: every 8 throughout).
 
-    ``max_num_batched_tokens`` caps the list and is added when it fits (``_set_cudagraph_sizes``).
+    ``max_num_batched_tokens`` caps the list and, from 0.21, is added when it fits (``_set_cudagraph_sizes``).
+    The strides and the rule are the switches table's (``value:cudagraph.capture_sizes.*``,
+    ``rule:cudagraph.capture_sizes_include_max_num_batched_tokens``).
     """
+    from pdtune import switches
+
+    small = switches.number("value:cudagraph.capture_sizes.step_below_256", vllm)
+    large = switches.number("value:cudagraph.capture_sizes.step_from_256", vllm) or small
+    assert isinstance(small, int) and isinstance(large, int)
     ceiling = min(max_capture_size, max_num_batched_tokens)
     sizes = [n for n in (1, 2, 4) if n <= ceiling]
-    sizes += list(range(8, min(ceiling + 1, 256), 8))
-    sizes += list(range(256, ceiling + 1, 16))
-    if max_num_batched_tokens <= ceiling and max_num_batched_tokens not in sizes:
+    sizes += list(range(8, min(ceiling + 1, 256), small))
+    sizes += list(range(256, ceiling + 1, large)) if large != small else list(range(256, ceiling + 1, small))
+    if (switches.rule("cudagraph.capture_sizes_include_max_num_batched_tokens", vllm)
+            and max_num_batched_tokens <= ceiling and max_num_batched_tokens not in sizes):
         sizes.append(max_num_batched_tokens)
     return sorted(set(sizes))
 
@@ -195,6 +206,33 @@ def default_max_num_batched_tokens(max_num_seqs: int, num_speculative_tokens: in
     """The article's ``max-num-batched-tokens``: one full decode step of every sequence, plus 16 tokens."""
     return max_num_seqs * (1 + num_speculative_tokens) + 16
 
+
+
+def vllm_batch_defaults(gpu_memory_bytes: int | None, *, vllm: str, device_name: str = "",
+                        usage: str = "serve") -> tuple[int, int]:
+    """vLLM's ``max_num_batched_tokens`` and ``max_num_seqs`` defaults for one GPU, before the adjustments of
+    :func:`vllm_default_max_num_batched_tokens`: ``EngineArgs.get_batch_defaults``' tiers, read from the switches
+    table (``batch:*`` rows of data/vllm/switches.csv). Each tier has a memory threshold and device names kept
+    off it (A100; GB10 from 0.33); the first tier the GPU reaches gives the value for the usage context
+    (``serve``: the OpenAI server, ``llm``: the ``LLM`` class). A device that cannot be queried (memory None)
+    takes the smallest tier."""
+    from pdtune import switches
+
+    if usage not in ("serve", "llm"):
+        raise InputError("--usage", "usage", f"use serve or llm, got {usage!r}")
+    name = device_name.lower()
+    memory = gpu_memory_bytes or 0
+    for tier in ("large", "medium", "small"):
+        threshold = switches.number(f"batch:{tier}.min_memory_gib", vllm)
+        if threshold is None:
+            continue  # the line has no such tier (the 160 GiB tier is 0.28+)
+        kept_off = switches.value(f"batch:{tier}.excluded_devices", vllm).split()
+        if memory >= threshold * GiB and not any(device in name for device in kept_off):
+            tokens = switches.number(f"batch:{tier}.max_num_batched_tokens.{usage}", vllm)
+            seqs = switches.number(f"batch:{tier}.max_num_seqs.{usage}", vllm)
+            assert isinstance(tokens, int) and isinstance(seqs, int)
+            return tokens, seqs
+    raise AssertionError("the smallest tier has no threshold")  # its threshold is 0: never reached
 
 
 def vllm_default_max_num_batched_tokens(
@@ -211,36 +249,30 @@ def vllm_default_max_num_batched_tokens(
     """vLLM's default ``--max-num-batched-tokens`` when none is given, by GPU memory (one GPU, as torch sees it).
 
     ``EngineArgs.get_batch_defaults`` and ``_set_default_max_num_seqs_and_batched_tokens_args``
-    (vllm/engine/arg_utils.py), per line:
+    (vllm/engine/arg_utils.py), every value and boundary from the switches table (:func:`vllm_batch_defaults`):
 
     * >= 160 GiB (0.28+: B200/B300, GB300): 16384 for ``vllm serve`` and the ``LLM`` class;
     * >= 70 GiB and not an A100 (and, 0.33, not a GB10): serve 8192, ``LLM`` 16384;
-    * otherwise, or when the device cannot be queried (``gpu_memory_bytes`` None): serve 2048, ``LLM`` 8192
-      (``SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`` 2048 outside the two usage contexts);
-    * ``--performance-mode throughput`` (0.20+) doubles it; without chunked prefill 0.20+ takes
-      ``max(max_model_len, default)`` and 0.11 takes ``max_model_len``; 0.20+ then caps it at
-      ``max_num_seqs x max_model_len`` (1024 sequences on the two larger tiers, 256 on the small one).
+    * otherwise, or when the device cannot be queried (``gpu_memory_bytes`` None): serve 2048, ``LLM`` 8192;
+    * ``--performance-mode throughput`` (where the line has it, ``arg:performance_mode``) doubles it; without
+      chunked prefill the line takes ``max_model_len`` (0.11,
+      ``rule:batch_default_without_chunked_prefill_is_max_model_len``) or ``max(max_model_len, default)``; the
+      default is then capped at ``max_num_seqs x max_model_len`` where the line does
+      (``rule:batch_default_capped_by_max_num_seqs_x_max_model_len``).
     """
-    if usage not in ("serve", "llm"):
-        raise InputError("--usage", "usage", f"use serve or llm, got {usage!r}")
-    name = device_name.lower()
-    memory = gpu_memory_bytes or 0
-    gb10 = at_least(vllm, "0.33") and "gb10" in name
-    if at_least(vllm, "0.28") and memory >= 160 * GiB:
-        tokens, seqs = 16384, 1024
-    elif memory >= 70 * GiB and "a100" not in name and not gb10:
-        tokens, seqs = (8192 if usage == "serve" else 16384), 1024
-    else:
-        tokens, seqs = (2048 if usage == "serve" else 8192), 256
-    if not at_least(vllm, "0.20"):
+    from pdtune import switches
+
+    tokens, seqs = vllm_batch_defaults(gpu_memory_bytes, vllm=vllm, device_name=device_name, usage=usage)
+    if switches.rule("batch_default_without_chunked_prefill_is_max_model_len", vllm):
         return max_model_len if not chunked_prefill and max_model_len is not None else tokens
-    if throughput_mode:
+    if throughput_mode and switches.value("arg:performance_mode", vllm) != switches.ABSENT:
         tokens *= 2
         seqs *= 2
     if max_model_len is not None:
         if not chunked_prefill:
             tokens = max(max_model_len, tokens)
-        tokens = min((max_num_seqs or seqs) * max_model_len, tokens)
+        if switches.rule("batch_default_capped_by_max_num_seqs_x_max_model_len", vllm):
+            tokens = min((max_num_seqs or seqs) * max_model_len, tokens)
     return tokens
 
 def cudagraph_plan(
@@ -290,6 +322,17 @@ def cudagraph_plan(
     if graph_mode in (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.PIECEWISE):
         piecewise = tuple(sizes)
     return GraphPlan(tuple(sizes), full, piecewise, sizes[-1], q)
+
+
+def max_utilization(total: float, cuda_context: float, graph_overrun: float) -> float:
+    """The highest ``gpu_memory_utilization`` a run tolerates (any one unit for all three).
+
+    vLLM starts only when ``total x utilization`` is free once the CUDA context exists, and graph memory beyond
+    the estimate spills into what the reserve leaves: ``(total - context - overrun) / total``.
+    """
+    if total <= 0:
+        raise InputError("--total-gib", "total_gib", f"must be positive, got {total}")
+    return (total - cuda_context - graph_overrun) / total
 
 
 def cudagraph_estimate(first_capture: int, per_graph: int, count: int) -> int:

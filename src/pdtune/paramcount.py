@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from fractions import Fraction
 
 from pdtune.model import LayerKind, ModelSpec
@@ -63,6 +64,7 @@ class ModelParameters:
         return self.main.total + self.mtp.total
 
 
+@lru_cache(maxsize=64)  # a spec is frozen: the plan builds hundreds of engines of one model
 def count_parameters(spec: ModelSpec) -> ModelParameters:
     h = spec.hidden_size
     embed = spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)

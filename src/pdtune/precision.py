@@ -74,7 +74,13 @@ QUANT_MODES: dict[str, str] = {
 }
 
 
-def lookup(name: str, source: str = "--weights-dtype", field: str = "weights_dtype") -> Format:
+#: What ``--weights`` (and a parameters file's ``weights:``) takes: one line, for every command's help.
+WEIGHTS_HELP = ("the checkpoint's weight format when its config says another (Kimi-K2's says bf16, its weights are "
+                "FP8): bf16, fp8, fp8-block, nvfp4, mxfp4, int4-w4a16, or dense=FMT,experts=FMT "
+                "(default: what the config's quantization_config says)")
+
+
+def lookup(name: str, source: str = "--weights", field: str = "weights") -> Format:
     key = str(name).strip().lower()
     key = QUANT_MODES.get(key, key)
     if key not in FORMATS:
@@ -144,22 +150,23 @@ def with_formats(spec: ModelSpec, dense: Format, experts: Format) -> ModelSpec:
     return replace(spec, weights=weights)
 
 
-def parse_weights_dtype(text: str, spec: ModelSpec) -> ModelSpec:
-    """``--weights-dtype``: ``FORMAT`` for every matmul weight, or ``dense=F,experts=G`` (either may be left out)."""
+def parse_weights_dtype(text: str, spec: ModelSpec, source: str = "--weights", field: str = "weights") -> ModelSpec:
+    """``--weights``: ``FORMAT`` for every matmul weight, or ``dense=F,experts=G`` (either may be left out);
+    errors name ``source`` and ``field`` (the flag, or a parameters file's ``weights``)."""
     dense, experts = checkpoint_formats(spec)
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
-        raise InputError("--weights-dtype", "weights_dtype", "empty; give e.g. fp8 or dense=bf16,experts=nvfp4")
+        raise InputError(source, field, "empty; give e.g. fp8 or dense=bf16,experts=nvfp4")
     for part in parts:
         key, sep, value = part.partition("=")
         if not sep:
-            dense = experts = lookup(part)
+            dense = experts = lookup(part, source, field)
         elif key.strip().lower() == "dense":
-            dense = lookup(value)
+            dense = lookup(value, source, field)
         elif key.strip().lower() == "experts":
-            experts = lookup(value)
+            experts = lookup(value, source, field)
         else:
-            raise InputError("--weights-dtype", "weights_dtype", f"unknown part {key!r}; use dense= or experts=")
+            raise InputError(source, field, f"unknown part {key!r}; use dense= or experts=")
     return with_formats(spec, dense, experts)
 
 

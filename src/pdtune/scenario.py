@@ -126,6 +126,9 @@ class Scenario:
     except the vLLM line, which is pdtune's :data:`pdtune.versions.DEFAULT_VLLM`; :data:`ORIGINS` says which."""
 
     model: str = "qwen3.8-2.4t"
+    # The checkpoint's weight format when its config says another (Kimi-K2's config says bf16, its weights are
+    # FP8): a pdtune.precision format ("fp8", "nvfp4", "dense=bf16,experts=nvfp4"); "": what the config says.
+    weights: str = ""
     gpu: str = "gb300"
     gpu_memory_gib: float = 276.62  # what torch reports for one GPU (not the box's marketing capacity)
     gpu_memory_utilization: float = 0.92
@@ -156,11 +159,24 @@ class Scenario:
     # --decode-context-parallel-size` count them. "" / 1: none.
     speculative_model: str = ""
     decode_context_parallel_size: int = 1
+    # vLLM environment variables the serving engines set, NAME=VALUE (a YAML mapping also reads): as
+    # `pdtune state --vllm-env` applies them (pdtune.switches); () is every line's defaults.
+    vllm_env: tuple[str, ...] = ()
     calibration: str = ""  # a `pdtune calibrate` file: the factors the plan predicts the calibrated GPU with
     plan: PlanParameters = PlanParameters()  # the `pdtune plan` question chapter 9 answers (see PlanParameters)
     title: str = field(default="", compare=False)  # free text shown in the workbook's summary
     # Written by the workbook, never by hand: one line per parameter the file left out (DefaultUsed.line).
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
+
+    def environment(self, source: str = "parameters") -> tuple[tuple[str, str], ...]:
+        """``vllm_env`` as (name, value) pairs, checked for this scenario's vLLM line (bad input otherwise)."""
+        from pdtune.switches import check_env, parse_assignments
+
+        pairs = parse_assignments(self.vllm_env, source)
+        try:
+            return check_env(pairs, self.vllm, source).given
+        except InputError as exc:
+            raise InputError(source, "vllm_env", f"{exc.field}: {exc.message}") from None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -177,6 +193,8 @@ class Scenario:
             if key not in known:
                 writable = ", ".join(k for k in known if k not in COMPUTED_FIELDS)
                 raise InputError(source, key, f"unknown parameter; known: {writable}")
+            if key == "vllm_env" and isinstance(value, dict):  # NAME: VALUE, as a worker's environment block
+                value = [f"{k}={_env_value(v)}" for k, v in value.items()]
             kwargs[key] = (PlanParameters.from_mapping(value, source=source) if key == "plan"
                            else _coerce(value, hints[key], source, key))
         scenario = cls(**kwargs)
@@ -185,6 +203,8 @@ class Scenario:
 
     def check(self, source: str = "parameters") -> None:
         _check_bounds(self, source)
+        if self.vllm_env:
+            self.environment(source)
         for name in ("gpu_memory_gib", "isl", "osl"):
             if getattr(self, name) <= 0:
                 raise InputError(source, name, f"must be positive, got {getattr(self, name)}")
@@ -215,12 +235,7 @@ class Scenario:
         expert parallelism on a model without experts, and a TP size that splits a GDN or Mamba head group;
         :func:`layout_problem` applies the same rules, so a bad layout fails here, before any chapter runs.
         """
-        from pdtune.model import load_model
-
-        try:
-            spec = load_model(self.model)
-        except InputError as exc:
-            raise InputError(source, "model", f"{self.model}: {exc.field}: {exc.message}") from None
+        spec = self.model_spec(source)
         if self.num_speculative_tokens and spec.num_mtp_layers == 0 and not self.speculative_model.strip():
             raise InputError(source, "num_speculative_tokens",
                              f"{spec.name} has no MTP layer to draft with; set num_speculative_tokens: 0")
@@ -233,6 +248,20 @@ class Scenario:
                                          kv_cache_dtype=self.kv_cache_dtype, vllm=self.vllm, source=source)
                 if problem:
                     raise InputError(source, name, f"{text.strip()}: {problem}")
+
+    def model_spec(self, source: str = "parameters") -> Any:
+        """The model with the weights it is served with (``weights``, else its config's); errors name the key."""
+        from pdtune.model import load_model
+
+        try:
+            spec = load_model(self.model)
+        except InputError as exc:
+            raise InputError(source, "model", f"{self.model}: {exc.field}: {exc.message}") from None
+        if self.weights.strip():
+            from pdtune.precision import parse_weights_dtype
+
+            spec = parse_weights_dtype(self.weights, spec, source=str(source), field="weights")
+        return spec
 
     def is_article_data(self, kind: str, *, base: Path | None = None) -> bool:
         """True when the ``kind`` results are the article's own (modeled) sweeps, the data the book discusses.
@@ -489,6 +518,13 @@ def _fitting_layouts(scenario: Scenario, spec: Any, name: str, source: str) -> t
     if dropped:
         why += f" (left out: {', '.join(dropped)})"
     return tuple(kept), why
+
+
+def _env_value(value: Any) -> str:
+    """YAML's ``1``/``true`` as the environment's string."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:

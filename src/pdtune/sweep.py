@@ -130,7 +130,7 @@ def load_sweep(
         raise InputError("load_sweep", "kind", f"expected one of {', '.join(RESULT_KINDS)}, got {kind!r}")
     listed = [paths] if isinstance(paths, str) else list(paths)
     if not listed:
-        note = (f"This scenario has no {KIND_WORDS[kind]} sweep (`{kind}_results` is empty), so this "
+        note = (f"This scenario has no {KIND_WORDS[kind]} sweep (its {kind}_results list is empty), so this "
                 "analysis is skipped.")
         return Sweep(kind, (), empty_frame(SWEEP_COLUMNS), note)
     resolved = [Scenario().resolve(p) for p in listed]

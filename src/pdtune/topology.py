@@ -25,9 +25,38 @@ labels write it).
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from pdtune.errors import InputError
+
+#: How pdtune names layouts and deployments, in words: ``pdtune plan --help`` prints it and the book's glossary
+#: holds the same text (its entry "layout notation"; a test keeps the two equal).
+LAYOUT_NOTATION = (
+    "Layouts are named by their parallel sizes. "
+    "TPn is tensor parallelism over n GPUs: the attention heads and dense layers are split n ways. "
+    "DPn is n data-parallel attention ranks, each with requests of its own. "
+    "PPn is n pipeline stages. "
+    "A trailing +EP splits the experts of every MoE layer whole over all TP x DP ranks (expert parallelism); "
+    "without it each GPU holds a slice of every expert. "
+    "TEPn is TPn+EP: n-way tensor-parallel attention with the experts spread over the same n GPUs. "
+    "So TP4DP2+EP is one engine on 8 GPUs, two data-parallel ranks of TP4 attention with the experts split over "
+    "all 8; DP8+EP is 8 GPUs that each run their own attention rank, the experts split over the 8; TEP64 is one "
+    "64-GPU engine. "
+    "A disaggregated deployment is written 4xA : 1xB, four prefill engines of layout A feeding one decode engine "
+    "of layout B (xPyD, here 4P1D), ending in +MTP when decode drafts tokens with the model's MTP module. "
+    "An aggregated deployment is written 4xA, four replicas of one vllm serve server of layout A, each "
+    "prefilling and decoding its own requests. "
+    "More examples: TP2DP4+EP is 8 GPUs, four data-parallel ranks of TP2 attention; TP1PP6+EP is 6 GPUs in six "
+    "pipeline stages of one GPU (stages share no experts, so +EP changes nothing there); TEP8 is TP8+EP on 8 GPUs; "
+    "4xTP2DP4+EP : 1xTP4DP4+EP is four 8-GPU prefill engines feeding one 16-GPU decode engine, 48 GPUs in all."
+)
+
+
+def layout_notation(width: int = 110) -> str:
+    """:data:`LAYOUT_NOTATION` wrapped for a terminal."""
+    return textwrap.fill(LAYOUT_NOTATION, width=width, break_on_hyphens=False, break_long_words=False)
+
 
 _COMPONENT = re.compile(r"(TEP|TP|DP|PP)(\d+)")
 

@@ -177,17 +177,6 @@ def layout_sentence(capacity: pd.DataFrame, model: str) -> str:
     return text + "."
 
 
-def prefix_sentence(numbers: dict[str, dict[str, Any]]) -> str:
-    """What prefix caching costs run 7's TP4 rank, once per vLLM line (``off``, ``serving``, ``current``)."""
-    off, serving, current = numbers["off"], numbers["serving"], numbers["current"]
-    text = (f"Prefix caching on a hybrid model is not free: on run 7's TP4 rank it cuts vLLM's concurrency from "
-            f"{off['max-concurrency']:,.1f} to {serving['max-concurrency']:,.1f} requests in vLLM "
-            f"{serving['vllm']}")
-    if current["vllm"] != serving["vllm"]:
-        text += f", and to {current['max-concurrency']:,.1f} in {current['vllm']}"
-    return text + "."
-
-
 def log_numbers(checks: pd.DataFrame) -> dict[str, Any]:
     """The first engine of a :func:`log_checks` frame: ``kv-gib``, ``logged-tokens``, ``predicted-tokens``,
     ``logged-concurrency``, ``predicted-concurrency`` (what the chapter's sentence quotes)."""

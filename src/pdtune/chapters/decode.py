@@ -49,25 +49,6 @@ def high_end(sweep: Sweep, room: pd.DataFrame, best: pd.DataFrame) -> pd.DataFra
     return merged[columns]
 
 
-def high_end_sentence(table: pd.DataFrame) -> str:
-    """Chapter 6's "why": the high-concurrency winner's room beside the earlier winners that run out of it."""
-    if len(table) == 0:
-        return "There is no decode sweep to explain."
-    win = table.iloc[0]
-    c = int(win["concurrency"])
-    room = "an unknown number of" if pd.isna(win["room"]) else _whole(win["room"])
-    text = (f"At concurrency {c:,} the best is {win['deployment']} ({win['tps_per_gpu']:,.0f} tokens/s "
-            f"per GPU); its KV cache holds {room} requests")
-    text += ", so none of them waits." if win["holds_all"] else ", fewer than that: some requests wait."
-    starved = table[(table.index > 0) & (table["won_at"] != MISSING) & ~table["holds_all"].astype(bool)]
-    for row in starved.itertuples(index=False):
-        flat = ("" if pd.isna(row.flattens_at)
-                else f" and its curve is flat from concurrency {row.flattens_at:,.0f} on")
-        text += (f" {row.deployment}, best at {row.won_at}, holds only {_whole(row.room)} requests{flat}, "
-                 f"so it ends at {row.tps_per_gpu:,.0f}.")
-    return text
-
-
 def room_change(before: pd.DataFrame, after: pd.DataFrame, column: str = "room_at_workload") -> pd.DataFrame:
     """Two :func:`pdtune.capacity.kv_room` frames of one sweep side by side: requests held before and after a
     change."""
@@ -79,22 +60,6 @@ def room_change(before: pd.DataFrame, after: pd.DataFrame, column: str = "room_a
     out = pd.DataFrame({"deployment": merged["deployment"], "before": merged[f"{column}_before"],
                         "after": merged[f"{column}_after"]})
     return out.assign(gained=out["after"] - out["before"])[columns]
-
-
-def mtp_room_sentence(room: pd.DataFrame, layouts: Sequence[str]) -> str:
-    """What MTP costs in KV room for each of ``layouts``: MiB per request on one rank, requests held."""
-    parts = []
-    for layout in layouts:
-        both = room[room["layout"] == layout].dropna(subset=["room"]) if len(room) else room
-        if len(both) != 2:
-            continue
-        off, on = both[~both["mtp"].astype(bool)].iloc[0], both[both["mtp"].astype(bool)].iloc[0]
-        parts.append(f"{layout} needs {on['mib_per_request_rank']:,.1f} MiB per request on one rank with MTP "
-                     f"instead of {off['mib_per_request_rank']:,.1f}, so it holds {_whole(on['room'])} requests "
-                     f"instead of {_whole(off['room'])}")
-    if not parts:
-        return "No layout was swept both with and without MTP."
-    return "; ".join(parts) + "."
 
 
 def mtp_effect(sweep: Sweep, room: pd.DataFrame) -> pd.DataFrame:
@@ -134,28 +99,6 @@ def mtp_effect(sweep: Sweep, room: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def mtp_verdict(effect: pd.DataFrame, *, modeled: bool = False) -> str:
-    """Does the data say "MTP helps a lot while the KV cache has room"? One sentence with the medians; of a
-    ``modeled`` sweep it says what the model predicts, never what "the data" shows."""
-    if len(effect) == 0:
-        return "No layout was swept both with and without MTP, so the data cannot say whether MTP helps."
-    below = effect["median_gain_below"].dropna()
-    above = effect["median_gain_above"].dropna()
-    parts = []
-    if len(below):
-        parts.append(f"while the KV cache holds every request, MTP multiplies throughput per GPU by a median "
-                     f"{statistics.median(below):.2f} across the {len(below)} layouts")
-    if len(above):
-        parts.append(f"once requests wait for KV room, by {statistics.median(above):.2f}")
-    helps = bool(len(below)) and statistics.median(below) > 1
-    if len(above):
-        helps = helps and statistics.median(above) < statistics.median(below)
-    verdict = "agrees with the article" if helps else "does not show the article's pattern"
-    if modeled:
-        return "The model predicts that " + "; ".join(parts) + f": the prediction {verdict}."
-    return "In this sweep, " + "; ".join(parts) + f": the sweep {verdict}."
-
-
 def _whole(requests: float) -> str:
     """Requests a KV cache holds, as the tables print them: whole requests, rounded down."""
     return f"{math.floor(requests + 1e-9):,}"
@@ -175,78 +118,6 @@ def end_layouts(best: pd.DataFrame, topologies: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(str(e).removesuffix("+MTP") for e in ends))
 
 
-def roofline_sentence(frame: pd.DataFrame) -> str:
-    """The sketch in words: each deployment's roofline and modeled tokens/s per GPU at the fewest requests."""
-    if len(frame) == 0:
-        return "No decode layout of the parameters fits this model on this GPU."
-    n = int(frame["requests"].min())
-    at = frame[frame["requests"] == n]
-    parts = [f"{r.deployment} at most {r.roofline_tps_per_gpu:,.1f} (modeled {r.modeled_tps_per_gpu:,.1f})"
-             for r in at.itertuples(index=False)]
-    what = "request" if n == 1 else "requests"
-    return f"With {n:,} {what} per engine, tokens/s per GPU: " + "; ".join(parts) + "."
-
-
-def room_sentence(room: pd.DataFrame, deployments: Sequence[str], tokens: int) -> str:
-    """How many requests of ``tokens`` tokens each named decode deployment (all of them when none is named)
-    holds: chapter 7's workload."""
-    named = list(deployments) or (list(room["deployment"]) if len(room) else [])
-    mine = room[room["deployment"].isin(named)].dropna(subset=["room_at_workload"]) if len(room) else room
-    if len(mine) == 0:
-        return "There is no decode sweep whose KV room could be computed."
-    parts = [f"{r.deployment} {_whole(r.room_at_workload)} ({r.room_at_workload / r.gpus:,.1f} per GPU)"
-             for r in mine.itertuples(index=False)]
-    return f"At {tokens:,} tokens per request the engines hold: " + "; ".join(parts) + "."
-
-
-# --- what the chapter says, for its data or for none ---------------------------------------------------
-
-
-def data_note(sweep: Sweep, *, article_data: bool) -> str:
-    """Where the decode sweep comes from (:func:`pdtune.chapters.prefill.data_note`), and for the article's
-    data the fifth topology it sweeps."""
-    from pdtune.chapters.prefill import data_note as sweep_note
-
-    text = sweep_note(sweep, article_data=article_data, figure="figure 2")
-    if article_data:
-        text += (" The article lists four decode topologies but names a fifth, TP4DP4+EP, in its findings and "
-                 "uses it on the decode side of the disaggregated runs; the modeled data sweeps it too.")
-    return text
-
-
-def changes_sentence(runs: pd.DataFrame) -> str:
-    """How often the winner changes along the sweep, and who wins where (from the merged runs of wins)."""
-    if len(runs) == 0:
-        return ("Without a decode sweep there is no winner to follow; the next sections compute what decides it "
-                "for your layouts: the bytes a step reads, and the KV room.")
-    changes = len(runs) - 1
-    parts = []
-    for r in runs.itertuples(index=False):
-        span = (f"at {r.from_concurrency:,}" if r.from_concurrency == r.to_concurrency
-                else f"from {r.from_concurrency:,} to {r.to_concurrency:,}")
-        parts.append(f"{r.best} {span}")
-    times = {0: "never changes", 1: "changes once", 2: "changes twice"}.get(changes, f"changes {changes} times")
-    return (f"The winner {times} along the sweep ({'; '.join(parts)}), and each change has a cause the next "
-            "sections compute: at small batches a step's time is set by the bytes it reads, and at large batches "
-            "by how many requests fit in the KV cache.")
-
-
-def experts_sentence(spec: Any, half: int | None, most: int | None) -> str:
-    """Where half and nine in ten of a layer's experts are touched; a dense model has none to touch."""
-    if spec.moe is None:
-        return (f"{spec.name} has no experts: every decode step reads all of its weights, however many requests "
-                "it carries, so the bytes per token fall in proportion to the batch.")
-    return (f"Half of the experts are touched from {half:,} tokens per step on, nine in ten from {most:,}: the "
-            "bytes of routed experts per token fall steeply as the batch grows, and a step of a few dozen requests "
-            "costs little more than a step of one.")
-
-
-def experts_takeaway(spec: Any, half: int | None) -> str:
-    if spec.moe is None:
-        return (f"for {spec.name} every step reads all its weights, so batching requests (or draft tokens) is "
-                "nearly free until the step turns compute-bound or the KV cache is full.")
-    return (f"half of a layer's experts are read from {half:,} tokens per step on, so batching requests (or "
-            "draft tokens) is nearly free until the step turns compute-bound or the KV cache is full.")
 
 
 def roofline_table(sketch: pd.DataFrame, spec: Any) -> pd.DataFrame:
@@ -266,29 +137,149 @@ def room_table(sweep: Sweep, spec: Any, topologies: Sequence[str], **memory: Any
     return layout_room(spec, topologies, sweep_isl=1, sweep_osl=1000, isl=isl, osl=osl, **memory)
 
 
-def mtp_text(spec: Any, sweep: Sweep, effect: pd.DataFrame, room: pd.DataFrame, layouts: Sequence[str],
-             num_speculative_tokens: int, *, article_data: bool) -> str:
-    """The MTP section's sentences: what MTP costs in room, and whether the sweep shows it helping."""
+# --- the dense example the chapter opens on ---------------------------------------------------------------
+
+#: The dense example's decode engine (aiconfigurator measured TP1 to TP8; TP4 is the middle of the range).
+DENSE_TOPOLOGY = "TP4"
+
+
+def _dense_spec() -> Any:
+    from pdtune.chapters.prefill import DENSE_MODEL
+    from pdtune.model import load_model
+    from pdtune.precision import parse_weights_dtype
+
+    return parse_weights_dtype("fp8", load_model(DENSE_MODEL))
+
+
+def dense_example(cases: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Llama-3.1-70B (FP8) on H200, TP4, ISL/OSL 8192/1024: aiconfigurator's measured median TPOT at each
+    concurrency, the output tokens/s per GPU it gives (``B * 1000 / (TPOT g)``), and the roofline and
+    modeled step of :func:`pdtune.perfmodel.roofline.decode_roofline` for the same batch."""
+    from pdtune.chapters.prefill import DENSE_GPU, DENSE_MODEL, DENSE_WORKLOAD
+    from pdtune.chapters.trust import sweep_cases
+    from pdtune.gpus import load_gpu
+    from pdtune.perfmodel.roofline import decode_roofline
+
+    cases = sweep_cases() if cases is None else cases
+    isl, osl = DENSE_WORKLOAD
+    mine = cases[(cases["model"] == DENSE_MODEL) & (cases["gpu"] == DENSE_GPU)
+                 & (cases["topology"] == DENSE_TOPOLOGY)
+                 & cases["case"].str.endswith(f"ISL/OSL {isl}/{osl}")].sort_values("concurrency")
+    batches = [int(c) for c in mine["concurrency"]]
+    sketch = decode_roofline(_dense_spec(), load_gpu(DENSE_GPU), [DENSE_TOPOLOGY], batches, isl=isl, osl=osl,
+                             kv_cache_dtype="fp8", vllm="0.33")
+    gpus = int(mine["gpus_total"].iloc[0])
+    out = pd.DataFrame({"requests": batches, "measured_tpot_ms": mine["measured_tpot_ms_p50"].to_numpy(),
+                        "roofline_ms": sketch["roofline_ms"].to_numpy(),
+                        "modeled_ms": sketch["modeled_ms"].to_numpy()})
+    out["tokens_per_s_per_gpu"] = out["requests"] * 1000 / (out["measured_tpot_ms"] * gpus)
+    return out
+
+
+def dense_floor() -> dict[str, float]:
+    """The dense example's weights (GB over all its GPUs) and the time one GPU takes to read its share at
+    full HBM bandwidth (ms): the floor of every decode step."""
+    from pdtune.chapters.prefill import DENSE_GPU
+    from pdtune.gpus import load_gpu
+    from pdtune.memory import weights_per_gpu
+    from pdtune.topology import parse_topology
+
+    spec, gpu = _dense_spec(), load_gpu(DENSE_GPU)
+    tp = parse_topology(DENSE_TOPOLOGY).tp
+    per_gpu = weights_per_gpu(spec, tp=tp).total
+    return {"weights-gb": per_gpu * tp / 1e9, "floor-ms": per_gpu / gpu.hbm_bandwidth * 1000}
+
+
+def worked_room(room: pd.DataFrame, spec: Any, tokens: int, kv_cache_dtype: str, vllm: str) -> dict[str, Any]:
+    """What {eq}`decode-kv-room` takes for one deployment of the room table (the first without MTP whose
+    room is known): one rank's KV cache in bytes, its pool block bytes, the blocks a request of ``tokens``
+    tokens takes, and the DP ranks."""
+    from pdtune.state import plan_state
+    from pdtune.topology import deployment_layout
+    from pdtune.units import GiB
+
+    rows = room[~room["mtp"].astype(bool) & room["room_at_workload"].notna()] if len(room) else room
+    if len(rows) == 0:
+        return {"deployment": "none", "kv-bytes": 0, "block-bytes": 1, "blocks": 1, "dp": 0}
+    row = rows.iloc[0]
+    layout = deployment_layout(str(row["deployment"]))[0]
+    plan = plan_state(spec, tp=layout.tp, max_model_len=tokens, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+    return {"deployment": str(row["deployment"]), "kv-bytes": round(float(row["kv_cache_gib"]) * GiB),
+            "block-bytes": plan.pool_block_bytes, "blocks": plan.pool_blocks_per_request, "dp": layout.dp}
+
+
+# --- the sentences whose wording depends on the scenario ---------------------------------------------------
+
+
+def data_note(sweep: Sweep, *, article_data: bool) -> str:
+    """Where the decode sweep comes from (:func:`pdtune.chapters.prefill.data_note`); for the article's data,
+    the fifth layout its findings name."""
+    from pdtune.chapters.prefill import data_note as sweep_note
+
+    text = sweep_note(sweep, article_data=article_data, figure="figure 2")
+    if article_data:
+        text += " It also sweeps TP4DP4+EP, which the article's findings name."
+    return text
+
+
+def experts_sentence(spec: Any, touched: Any) -> str:
+    """The experts-touched rule worked for this model with the page's function ``touched(E, k, B)``; a dense
+    model has no experts."""
+    from pdtune.perfmodel.costs import model_costs
+    from pdtune.perfmodel.roofline import tokens_to_touch
+
+    c = model_costs(spec)
+    if not c.num_experts:
+        return f"{spec.name} is dense: every step reads all its weights, as in the dense example."
+    e, k = c.num_experts, c.experts_per_token
+    return (f"{spec.name} has E = {e} experts and k = {k} per layer: a step of 16 tokens reads "
+            f"experts_touched({e}, {k}, 16) = {touched(e, k, 16):,.1f} of them, and half of them from "
+            f"{tokens_to_touch(spec, 0.5):,} tokens on.")
+
+
+def mtp_text(spec: Any, sweep: Sweep, effect: pd.DataFrame, num_speculative_tokens: int, *,
+             article_data: bool) -> str:
+    """What the sweep says MTP buys while the KV cache has room and once it has not, or why there is none."""
     if spec.num_mtp_layers == 0 or not num_speculative_tokens:
         why = "has no MTP layer" if spec.num_mtp_layers == 0 else "runs without MTP (num_speculative_tokens: 0)"
         return f"{spec.name} {why}, so there is no MTP to weigh here."
-    text = mtp_room_sentence(room, layouts if sweep.available else list(room["layout"].unique()))
-    if not sweep.available:
-        return text + " Without a decode sweep, what MTP buys in throughput is for the sweep to show."
-    verdict = mtp_verdict(effect, modeled=sweep.modeled)
-    return text + (f" The article: MTP helps a lot as long as the KV cache has room. {verdict}" if article_data
-                   else f" {verdict}")
-
-
-def explanation_text(top: pd.DataFrame, *, article_data: bool) -> str:
-    """Who wins the highest concurrency and why (:func:`high_end_sentence`), and for the article's data the
-    article's own explanation beside it."""
-    if len(top) == 0:
-        return ("Without a decode sweep there is no highest concurrency to read; the room table above is where "
-                "a sweep's curves would go flat.")
-    text = high_end_sentence(top)
+    if not sweep.available or len(effect) == 0:
+        return "What MTP buys is for a sweep with and without it to show."
+    below = effect["median_gain_below"].dropna()
+    above = effect["median_gain_above"].dropna()
+    who = "The model predicts" if sweep.modeled else "The sweep shows"
+    gain = (f"{who} a median gain of {statistics.median(below):.2f} while the KV cache holds every request"
+            if len(below) else f"{who} no point inside the room")
+    gain += f" and {statistics.median(above):.2f} once requests wait" if len(above) else ""
     if article_data:
-        text += (' This is the article\'s explanation, "more KV cache room than TEP8", computed: an engine that '
-                 "holds every request keeps its throughput rising, and one that does not stops where its cache is "
-                 "full, however fast its steps are.")
+        gain += ', as the article says: "MTP helps a lot as long as the KV cache has room"'
+    return gain + "."
+
+
+def room_sentence(room: pd.DataFrame, deployments: Sequence[str]) -> str:
+    """How many requests of the disaggregated workload each named decode deployment (all of them when none
+    is named) holds: vLLM's maximum concurrency, to two decimals as the workbook summary prints it."""
+    named = list(deployments) or (list(room["deployment"]) if len(room) else [])
+    mine = room[room["deployment"].isin(named)].dropna(subset=["room_at_workload"]) if len(room) else room
+    if len(mine) == 0:
+        return "No decode layout of the parameters fits this model on this GPU."
+    parts = [f"{r.deployment} {r.room_at_workload:,.2f} ({r.room_at_workload / r.gpus:,.2f} per GPU)"
+             for r in mine.itertuples(index=False)]
+    return "At the disaggregated workload the engines hold " + "; ".join(parts) + "."
+
+
+def high_end_sentence(table: pd.DataFrame) -> str:
+    """Who wins the highest concurrency, whether its KV cache holds every request there, and which earlier
+    winners run out of room; without a sweep, that there is nothing to read."""
+    if len(table) == 0:
+        return "Without a decode sweep there is no highest concurrency to read."
+    win = table.iloc[0]
+    text = f"At concurrency {int(win['concurrency']):,} {win['deployment']} wins"
+    text += (", and its KV cache holds every request." if win["holds_all"]
+             else ", although some of its requests wait for KV room.")
     return text
+
+
+def end_winners(best: pd.DataFrame) -> list[str]:
+    """The deployments that win the lowest and the highest concurrency (none without a sweep)."""
+    return list(dict.fromkeys(best["best"].iloc[[0, -1]])) if len(best) else []

@@ -39,14 +39,14 @@ HEADERS: dict[str, str] = {
     "measured_ttft_ms": "measured TTFT (ms)",
     "mib_per_request_rank": "MiB per request, one rank", "mib_per_request_all_ranks": "MiB per request, all ranks",
     "mib_per_request": "MiB per request",
-    "all_ranks_vs_tp1": "all ranks ÷ TP1", "attention_bytes_per_token": "attention B per token",
+    "all_ranks_vs_tp1": "all ranks ÷ TP1", "vs_first": "÷ first row", "plan": "plan", "attention_bytes_per_token": "attention B per token",
     "recurrent_state_bytes": "recurrent state B", "block_tokens": "block (tokens)",
     "pool_blocks_per_request": "pool blocks per request",
     "prefill_block_tokens": "prefill block", "decode_block_tokens": "decode block",
     "own_block_tokens": "own block", "block_size_to_set": "--block-size to set",
     "mib_per_request_rank_own": "MiB per request, own block", "mib_per_request_rank_set": "MiB per request, set block",
     "extra_pct": "extra (%)", "expert_shards": "expert shards",
-    "kv_cache_gib": "KV cache (GiB)", "weights_gib": "weights (GiB)",
+    "kv_cache_gib": "KV cache (GiB)", "weights_gib": "weights (GiB)", "minus_gib": "minus (GiB)",
     "published_kv_cache_gib": "KV cache, published (GiB)", "kv_cache_prose_gib": "KV cache, the prose's way (GiB)",
     "published_weights_gib": "weights, published (GiB)", "residual_gib": "published − config (GiB)",
     "requests_article": "requests, the article's way", "published_requests_per_engine": "requests, published",
@@ -145,10 +145,15 @@ def _is_count(name: str, values: pd.Series) -> bool:
         ("_gib", "_mib", "_pct", "_s", "_ms"))
 
 
+def _no_negative_zero(text: str) -> str:
+    """``-0.0`` (a small negative rounded away) written as ``0.0``: a sign with nothing behind it misleads."""
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
+
+
 def _formatter(name: str, values: pd.Series, precision: int) -> Any:
     """How the cells of one column are written: flags, counts, throughput, or ``precision`` decimals."""
     def missing(f: Any) -> Any:
-        return lambda v: MISSING if v is None or (isinstance(v, float) and math.isnan(v)) else f(v)
+        return lambda v: MISSING if v is None or (isinstance(v, float) and math.isnan(v)) else _no_negative_zero(f(v))
 
     if pd.api.types.is_bool_dtype(values) or (values.dropna().map(type).eq(bool).all() and len(values.dropna())):
         return missing(lambda v: "yes" if v else "no")
@@ -212,10 +217,11 @@ class _Html:
 
 
 def note(text: str, *, kind: str = "") -> _Html:
-    """One computed sentence as a paragraph of the page (``kind`` "important" or "attention" boxes it)."""
-    import html
+    """One computed sentence as a paragraph of the page (``kind`` "important" or "attention" boxes it); its
+    ```code``` spans become code."""
+    from pdtune.site.render import code_spans
 
-    body = f'<p class="pdtune-note">{html.escape(text)}</p>'
+    body = f'<p class="pdtune-note">{code_spans(text)}</p>'
     if kind:
         body = f'<div class="admonition {kind} pdtune-note-box">{body}</div>'
     return _Html(body, text)
@@ -230,6 +236,8 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     """
     import html
 
+    from pdtune.site.render import code_spans
+
     if not lines:
         return None
     from pdtune.scenario import default_name
@@ -242,7 +250,7 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     title = (f"Not from your parameters file: {len(mine)} values, {carried} of them carried over from the "
              "article's setup")
     items = "".join(f"<li><code>{html.escape(default_name(line))}</code> = "
-                    f"{html.escape(line.split(' = ', 1)[1])}</li>" for line in mine)
+                    f"{code_spans(line.split(' = ', 1)[1])}</li>" for line in mine)
     markup = (f'<div class="admonition attention pdtune-defaults"><p class="admonition-title">'
               f"{html.escape(title)}</p><ul>{items}</ul></div>")
     return _Html(markup, title + ":\n" + "\n".join(f"- {line}" for line in mine))
@@ -263,6 +271,16 @@ def plain(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def glue_markdown(key: str, text: str) -> None:
+    """Glue a generated sentence as Markdown (not displayed), for ``{glue:md}`key` ``: its ```code``` spans
+    and links render as such. A sentence glued with ``{glue:text}`` is shown as plain text, backticks and
+    all, so a sentence holding code must come through here."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+
+    glue(key, Markdown(text), display=False)
 
 
 def glue_numbers(prefix: str, numbers: Mapping[str, Any]) -> None:

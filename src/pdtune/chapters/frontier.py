@@ -1,10 +1,13 @@
-"""Chapter 7, the disaggregated frontier: the frames and sentences the chapter prints.
+"""Chapter 7, the disaggregated frontier (three pages): the frames it shows and the few sentences whose
+wording depends on the scenario.
 
-The accuracy gate's outcome in a sentence and per deployment, the envelope's two ends beside the
-article's headline numbers, the SLA pick and its reverse in words, rate matching of the isolated sweeps
-beside the disaggregated sweep (:func:`predict`), and InferenceX's measured GB200 points with the
-performance model's error. The rules are in :mod:`pdtune.frontier` (envelope, rate matching with the
-KV-room check, SLA pick, gate) and :mod:`pdtune.capacity` (KV room).
+The dense example's isolated sweeps (:func:`dense_isolated`), the accuracy gate's outcome
+(:func:`gate_summary`), the envelope's ends beside the article's headline numbers, the SLA pick in words,
+rate matching of the isolated sweeps beside the disaggregated sweep (:func:`predict`), InferenceX's measured
+GB200 points and aiconfigurator's vLLM disaggregated runs with the performance model's error, and where its
+time to first token stands against the measured one (:func:`ttft_gap`). The rules are in
+:mod:`pdtune.frontier` (envelope, rate matching with the KV-room check, SLA pick, gate) and
+:mod:`pdtune.capacity` (KV room).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Gate:
 def gate_summary(sweep: Sweep, threshold: float) -> Gate:
     """:func:`pdtune.frontier.accuracy_gate` on a disaggregated sweep, and the sentence the chapter prints."""
     if not sweep.available:
-        return Gate(sweep.frame, (), (), (), threshold, sweep.note)
+        return Gate(sweep.frame, (), (), (), threshold, "without a sweep there is nothing to gate.")
     result = accuracy_gate(sweep.frame, threshold)
     excluded = tuple(result.excluded["deployment"])
     unmeasured = tuple(result.unmeasured)
@@ -56,23 +59,6 @@ def gate_summary(sweep: Sweep, threshold: float) -> Gate:
                  f"{', '.join(unmeasured)}.")
     kept = label(result.kept) if len(result.kept) else result.kept
     return Gate(kept, excluded, unmeasured, measured, threshold, text)
-
-
-def accuracy_table(sweep: Sweep, threshold: float) -> pd.DataFrame:
-    """Per deployment: its lowest recorded accuracy (NaN when none), its points, and the gate's verdict."""
-    columns = ["deployment", "gpus", "points", "accuracy", "verdict"]
-    if not sweep.available:
-        return empty_frame(columns)
-    f = sweep.frame
-    acc = pd.to_numeric(f["accuracy"], errors="coerce")
-    rows = []
-    for dep in sweep.deployments:
-        mine = acc[f["deployment"] == dep]
-        low = float(mine.min()) if mine.notna().any() else math.nan
-        verdict = "kept, not measured" if math.isnan(low) else "kept" if low >= threshold else "excluded"
-        rows.append({"deployment": dep, "gpus": int(f.loc[f["deployment"] == dep, "gpus_total"].iloc[0]),
-                     "points": int(len(mine)), "accuracy": low, "verdict": verdict})
-    return pd.DataFrame(rows, columns=columns)
 
 
 def envelope(df: pd.DataFrame) -> pd.DataFrame:
@@ -143,17 +129,6 @@ def pick_sentence(pick: Any, unit: str = "tokens/s per user") -> str:
         return f"No point reaches {floor} {unit}; the best in the data is {best}."
     return (f"{pick.deployment} at concurrency {pick.concurrency:,.0f}: {pick.tps_per_gpu:,.0f} total "
             f"tokens/s per GPU at {pick.tps_per_user:,.1f} tokens/s per user.")
-
-
-def reverse_sentence(table: pd.DataFrame, fraction: float = 0.5) -> str:
-    """One row of :func:`pdtune.frontier.reverse_sla` in words."""
-    row = table[table["fraction_of_best"] == fraction]
-    if len(row) == 0 or pd.isna(row["deployment"].iloc[0]):
-        return "There is no disaggregated sweep to pick from."
-    r = row.iloc[0]
-    return (f"keeping at least {fraction:.0%} of the best throughput ({r['min_tps_per_gpu']:,.0f} tokens/s "
-            f"per GPU), the fastest service is {r['deployment']} at concurrency {r['concurrency']:,.0f}: "
-            f"{r['tps_per_user']:,.1f} tokens/s per user at {r['tps_per_gpu']:,.0f} tokens/s per GPU.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,19 +218,14 @@ def prediction_sentence(pred: Prediction, *, modeled: bool = False) -> str:
 
 
 def prediction_ends_sentence(pred: Prediction) -> str:
-    """The predicted envelope's two ends, with and without the KV-room check."""
+    """The predicted envelope's two ends (after the KV-room check)."""
     if not pred.available or len(pred.envelope) == 0:
         return pred.note or "Nothing was predicted."
     top = pred.envelope.loc[pred.envelope["tps_per_gpu"].idxmax()]
     fast = pred.envelope.loc[pred.envelope["tps_per_user"].idxmax()]
-    loose = pred.unchecked_envelope["tps_per_gpu"].max()
-    text = (f"The predicted envelope reaches {top['tps_per_gpu']:,.0f} total tokens/s per GPU "
+    return (f"The predicted envelope reaches {top['tps_per_gpu']:,.0f} total tokens/s per GPU "
             f"({top['deployment']}) and {fast['tps_per_user']:,.1f} tokens/s per user "
             f"({fast['deployment']}).")
-    if pred.infeasible:
-        text += (f" The KV-room check removed {pred.infeasible:,} of {len(pred.rows):,} predicted points; "
-                 f"without it the throughput end would be {loose:,.0f}.")
-    return text
 
 
 @dataclass(frozen=True, eq=False)
@@ -269,26 +239,6 @@ class RealData:
     source: str = field(default="")
 
     @property
-    def frontier_sentence(self) -> str:
-        """How many measured points lie on the frontier, and whether the fast frontier equals brute force."""
-        check = "equals" if self.brute_force_ok else "differs from"
-        return (f"{len(self.envelope)} of the {len(self.sweep.frame)} measured points are on the frontier; "
-                f"the frontier pdtune computes {check} the set of points no other point dominates, checked "
-                "pair by pair.")
-
-    @property
-    def trend_sentence(self) -> str:
-        """The error on tokens/s per GPU in the lower and the upper half of the measured concurrencies."""
-        c = self.check.sort_values("concurrency")
-        if len(c) < 2:
-            return ""
-        half = len(c) // 2
-        low, high = c.iloc[:half], c.iloc[half:]
-        lo_err, hi_err = (float(p["tps_per_gpu_error"].abs().median()) for p in (low, high))
-        return (f"Up to concurrency {int(low['concurrency'].max()):,} the median error on tokens/s per GPU "
-                f"is {lo_err:.0%}; from {int(high['concurrency'].min()):,} on it is {hi_err:.0%}.")
-
-    @property
     def median_abs_error(self) -> dict[str, float]:
         return {k: float(self.check[f"{k}_error"].abs().median()) for k in ("tps_per_gpu", "tps_per_user")}
 
@@ -299,13 +249,6 @@ class RealData:
         return {"concurrency": int(top["concurrency"]), "measured": float(top["measured_tps_per_gpu"]),
                 "predicted": float(top["predicted_tps_per_gpu"]), "error": float(top["tps_per_gpu_error"]),
                 "user_error": float(top["tps_per_user_error"])}
-
-    @property
-    def throughput_end_sentence(self) -> str:
-        end = self.throughput_end
-        return (f"At the throughput end (concurrency {end['concurrency']:,}, {end['measured']:,.0f} measured total "
-                f"tokens/s per GPU) the model predicts {end['predicted']:,.0f}: an error of {end['error']:+.0%} on "
-                f"tokens/s per GPU and {end['user_error']:+.0%} on tokens/s per user.")
 
 
 INFERENCEX_SOURCE = "InferenceX (SemiAnalysis, Apache-2.0): DeepSeek-R1-0528, GB200 NVL72, Dynamo + TRT-LLM"
@@ -333,33 +276,20 @@ def inferencex_points(path: str | Path | None = None) -> RealData:
 def accuracy_note(sweep: Sweep, *, article_data: bool) -> str:
     """Where the accuracy the gate reads comes from."""
     if not sweep.available:
-        return "Without a disaggregated sweep there is no accuracy to gate on."
+        return ""
     if article_data:
         return ("The modeled data carries the article's reported GSM8K result on every configuration, copied "
                 "onto each file: it is the article's measurement, not something the performance model predicts.")
     return "The accuracy is whatever the result files record; a deployment that records none is kept and listed."
 
 
-def envelope_sentence(env: pd.DataFrame) -> str:
-    if len(env) == 0:
-        return "Without a disaggregated sweep there is no envelope to draw."
-    return (f"The envelope has {len(env)} points from {env['deployment'].nunique()} configurations; "
-            "`upper_envelope` returns each with its provenance, and `envelope_at` reads the staircase at any speed.")
-
-
-def ends_table(ends: FrontierEnds, *, article_data: bool) -> pd.DataFrame:
-    """The envelope's two ends; beside the article's headline numbers only when the data is the article's."""
-    frame = ends.frame()
-    if ends.tps_per_gpu is None:
-        return frame.iloc[0:0]
-    return frame if article_data else frame.drop(columns="article")
-
-
-def ends_sentence(ends: FrontierEnds, *, article_data: bool) -> str:
-    """The frontier's two ends in words, against the article's headline only for the article's data."""
+def ends_sentence(ends: FrontierEnds, *, article_data: bool, points: int = 0) -> str:
+    """The frontier's size and two ends in words, against the article's headline only for the article's
+    data."""
     if ends.tps_per_gpu is None:
         return "Without a disaggregated sweep there is no frontier to read."
-    text = (f"Its throughput end here is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
+    text = (f"The envelope has {points} points (hover over the staircase for each one's deployment and "
+            f"concurrency); its throughput end is {ends.tps_per_gpu:,.0f} total tokens/s per GPU "
             f"({ends.throughput_deployment}), its latency end {ends.tps_per_user:,.1f} tokens/s per user "
             f"({ends.latency_deployment})")
     if article_data:
@@ -379,19 +309,6 @@ def prediction_caveat(prefill: Sweep, decode: Sweep, disagg: Sweep) -> str:
     return ("Where prediction and measurement part, look first at what rate matching leaves out: the KV transfer "
             "between the sides, and the longer context a decode step reads in the disaggregated workload than in "
             "a decode-only sweep.")
-
-
-def sla_text(pick: Any, floor: float) -> str:
-    """The SLA pick as the sentence after "At <floor> tokens/s per user"."""
-    shown = f"{floor:,.0f}" if floor >= 10 else f"{floor:g}"
-    return f"At {shown} tokens/s per user: {pick_sentence(pick)}"
-
-
-def reverse_text(table: pd.DataFrame, fraction: float = 0.5) -> str:
-    """One row of the reverse SLA, as a sentence that starts "For example"."""
-    if len(table) == 0 or table["deployment"].isna().all():
-        return "Without a disaggregated sweep there is no budget to trade for speed."
-    return "For example, " + reverse_sentence(table, fraction)
 
 
 # --- a measured frontier of real vLLM disaggregated runs --------------------------------------------------
@@ -511,3 +428,54 @@ def silicon_defaults_sentence(sf: SiliconFrontier) -> str:
                  "fitted on aiconfigurator's vLLM aggregated rows of that GPU, not on these disaggregated rows")
         parts.append(f"{str(r.gpu).upper()}: {where}")
     return "Default factors, uncalibrated: " + "; ".join(parts) + "."
+
+
+# --- the dense example the chapter opens on ---------------------------------------------------------------
+
+
+def dense_isolated(cases: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Chapters 5 and 6's dense example as the two isolated sweeps rate matching takes: Llama-3.1-70B (FP8) on
+    H200 at ISL/OSL 8192/1024, aiconfigurator's measured runs of each TP width. The prefill side is each
+    width's lowest-concurrency TTFT with one prompt at a time (chapter 5's B = 1), the decode side its TPOT
+    at every concurrency. Both are an aggregated server's latencies standing in for isolated sweeps."""
+    from pdtune.chapters.prefill import DENSE_GPU, DENSE_MODEL, DENSE_WORKLOAD
+    from pdtune.chapters.trust import sweep_cases
+
+    cases = sweep_cases() if cases is None else cases
+    isl, osl = DENSE_WORKLOAD
+    mine = cases[(cases["model"] == DENSE_MODEL) & (cases["gpu"] == DENSE_GPU)
+                 & cases["case"].str.endswith(f"ISL/OSL {isl}/{osl}")]
+    source = "aiconfigurator's silicon runs of vLLM (measured, aggregated)"
+
+    def frame(rows: pd.DataFrame, mode: str) -> pd.DataFrame:
+        return pd.DataFrame({
+            "source": source, "path": rows["source_id"].to_numpy(), "model": DENSE_MODEL, "mode": mode,
+            "topology": rows["topology"].to_numpy(), "gpus_total": rows["gpus_total"].to_numpy(),
+            "mtp_tokens": 0, "isl": isl, "osl": osl,
+            "concurrency": 1 if mode == "prefill" else rows["concurrency"].to_numpy(),
+            "ttft_ms_p50": rows["measured_ttft_ms_p50"].to_numpy(),
+            "tpot_ms_p50": rows["measured_tpot_ms_p50"].to_numpy(),
+        })
+
+    low = mine[mine["concurrency"] == mine["concurrency"].min()]
+    return frame(low, "prefill"), frame(mine, "decode")
+
+
+def ttft_gap(check: pd.DataFrame, measured: str = "measured_ttft_ms", predicted: str = "predicted_ttft_ms",
+             limited: str | None = "kv_limited") -> dict[str, float]:
+    """Where the steady-state model's time to first token stands against the measured one: the range of each
+    over the points whose decode side has KV room, and the point that has none (NaN when every point has
+    room). The model charges one prompt's prefill and its KV transfer and no queueing, so the measured TTFT
+    of a loaded deployment is far above it."""
+    room = check if limited is None else check[~check[limited].astype(bool)]
+    full = check.iloc[0:0] if limited is None else check[check[limited].astype(bool)]
+    out = {"predicted-min": float(room[predicted].min()), "predicted-max": float(room[predicted].max()),
+           "measured-min": float(room[measured].min()), "measured-max": float(room[measured].max()),
+           "ratio-min": float((room[measured] / room[predicted]).min()),
+           "ratio-max": float((room[measured] / room[predicted]).max()),
+           "ratio-median": float((room[measured] / room[predicted]).median()),
+           "above-twice": int((room[measured] > 2 * room[predicted]).sum()), "points": len(room)}
+    if len(full):
+        top = full.iloc[0]
+        out |= {"full-predicted": float(top[predicted]), "full-measured": float(top[measured])}
+    return out

@@ -15,7 +15,7 @@ import pandas as pd
 
 from pdtune import article
 from pdtune.errors import InputError
-from pdtune.memory import Accounting, Waterfall, weights_per_gpu
+from pdtune.memory import Accounting, Waterfall, max_utilization, weights_per_gpu
 from pdtune.model import ModelSpec
 from pdtune.topology import parse_topology
 from pdtune.units import GiB, MiB, from_gib
@@ -57,6 +57,29 @@ def weights_by_topology(spec: ModelSpec, topologies: Iterable[str], *, mtp: bool
 #: Weight components :func:`weights_by_topology` shows one by one (the rest become ``other_gib``), so the
 #: table fits the page.
 PARTS_SHOWN = 4
+
+
+#: The plain dense model chapter 2 works by hand, and its layout: Llama-3.1-70B on four GPUs.
+DENSE_MODEL = "llama-3.1-70b"
+DENSE_TOPOLOGY = "TP4"
+
+
+def parameters(spec: ModelSpec) -> int:
+    """Every parameter of the model's main layers (no MTP draft layers), from its config."""
+    import dataclasses
+
+    from pdtune.paramcount import count_parameters
+
+    return sum(dataclasses.astuple(count_parameters(spec).main))
+
+
+def steps_table(waterfall: Waterfall, accounting: Accounting | str = Accounting.VLLM) -> pd.DataFrame:
+    """The waterfall of one GPU as a table: each part, and what is left after it, down to the KV cache."""
+    rows = [{"part": step.label, "minus_gib": step.bytes / GiB, "left_gib": step.remaining_after / GiB}
+            for step in waterfall.steps(accounting)]
+    rows.append({"part": "KV cache", "minus_gib": None, "left_gib": waterfall.kv_cache(accounting) / GiB})
+    top = {"part": "torch total", "minus_gib": None, "left_gib": waterfall.total / GiB}
+    return pd.DataFrame([top, *rows], columns=["part", "minus_gib", "left_gib"])
 
 
 def capacity_readings() -> pd.DataFrame:
@@ -249,7 +272,7 @@ def reserve_check() -> pd.DataFrame:
             "cuda_context_gib": ctx,
             "graph_overrun_gib": overrun,
             "reserve_left_gib": w.reserve / GiB - ctx - overrun,
-            "max_utilization": (total - ctx - overrun) / total,
+            "max_utilization": max_utilization(total, ctx, overrun),
         })
     return pd.DataFrame(rows)
 

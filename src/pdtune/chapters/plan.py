@@ -15,7 +15,7 @@ import pandas as pd
 from pdtune import article
 from pdtune.errors import InputError
 from pdtune.frontier import sla_pick, upper_envelope
-from pdtune.plan import Plan, Sla, picks_sentence
+from pdtune.plan import Plan, Sla, comparison_sentence, picks_sentence
 from pdtune.recipe import row_recipes, serve_script
 from pdtune.transfer import NVLINK, SCALE_OUT, link_table, load_link
 from pdtune.units import MiB
@@ -53,8 +53,8 @@ def search_sentence(planned: Planned) -> str:
             f"{n['frontier']} of them on the frontier, in {n['seconds']:.1f} s of search on this machine.")
 
 
-PICK_COLUMNS = ["sla", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
-                "kv_transfer_share"]
+PICK_COLUMNS = ["sla", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user",
+                "ttft_ms_p50", "kv_transfer_share"]
 
 #: Shares of TTFT as percentages, in the chapter's tables.
 SHARE_FORMATS = {"kv_transfer_share": ".1%", "share_of_ttft_min": ".1%", "share_of_ttft_max": ".1%"}
@@ -73,7 +73,7 @@ def picks_frame(p: Plan) -> pd.DataFrame:
 
 
 def frontier_frame(p: Plan) -> pd.DataFrame:
-    cols = ["row", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
+    cols = ["row", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
             "kv_transfer_ms", "picked_for"]
     return p.frontier[cols].reset_index(drop=True)
 
@@ -82,13 +82,21 @@ def pick_sentences(p: Plan) -> str:
     return " ".join(picks_sentence(p, pick) + "." for pick in p.picks)
 
 
-def middle_pick(p: Plan, sla: Sla | None = None) -> dict[str, Any] | None:
+def comparison_sentences(p: Plan) -> str:
+    """Per SLA, aggregated against disaggregated serving in one sentence (:func:`pdtune.plan.comparison_sentence`)."""
+    return " ".join(comparison_sentence(p, pick) for pick in p.picks)
+
+
+def middle_pick(p: Plan, sla: Sla | None = None, *, disaggregated: bool = False) -> dict[str, Any] | None:
     """The pick of the middle SLA that is met (the one the chapter writes recipes for), or of ``sla``, as a
-    plain row; None when it is not met."""
+    plain row; ``disaggregated``: that SLA's best disaggregated row instead (the one whose KV transfer the
+    chapter weighs). None when there is none."""
     met = [pick for pick in p.picks if pick.met and (sla is None or pick.sla == sla)]
     if not met:
         return None
-    return p.row(met[len(met) // 2].row)  # type: ignore[arg-type]
+    pick = met[len(met) // 2]
+    k = pick.best_disagg if disaggregated else pick.row
+    return p.row(k) if k is not None else None
 
 
 def middle_sla(p: Plan) -> Sla | None:
@@ -152,7 +160,7 @@ def transfer_table(p: Plan) -> pd.DataFrame:
 
 
 def transfer_sentence(p: Plan) -> str:
-    t = p.table
+    t = p.table[p.table["mode"] == "disagg"]
     lo, hi = float(t["kv_transfer_share"].min()), float(t["kv_transfer_share"].max())
     links = " and ".join(LINK_WORDS[k] for k in sorted(set(t["kv_link"])))
     return (f"In this plan the transfer takes {t['kv_transfer_ms'].min():.2f} to {t['kv_transfer_ms'].max():.2f} ms "
@@ -182,12 +190,13 @@ def mixed_sentence(single: Plan, mixed: Planned | str) -> str:
         return mixed
     m = mixed.plan
     sla = middle_sla(single)
-    a, b = middle_pick(single), middle_pick(m, sla) if sla is not None else None
+    a = middle_pick(single, disaggregated=True)
+    b = middle_pick(m, sla, disaggregated=True) if sla is not None else None
     if a is None or b is None:
-        return "No SLA is met by both plans, so there is no pick to compare."
+        return "No SLA is met by a disaggregated row of both plans, so there is no pick to compare."
     pools = (f"both pools on {single.prefill_gpu.name}" if not single.settings.mixed
              else f"prefill on {single.prefill_gpu.name} and decode on {single.decode_gpu.name}")
-    return (f"With prefill on {m.prefill_gpu.name} and decode on {m.decode_gpu.name}, the pick for "
+    return (f"With prefill on {m.prefill_gpu.name} and decode on {m.decode_gpu.name}, the best disaggregated row for "
             f"{sla.describe()} "
             f"is {b['deployment']} at {b['tps_per_gpu']:,.0f} tokens/s per GPU, against {a['tps_per_gpu']:,.0f} "
             f"with {pools}; its KV cache crosses {LINK_WORDS[b['kv_link']]} in {b['kv_transfer_ms']:.1f} ms, "
@@ -205,8 +214,9 @@ def recipe_texts(p: Plan, row: dict[str, Any]) -> dict[str, str]:
 
 
 def serve_lines(script: str) -> str:
-    """The ``vllm serve`` lines of a serve script (what the chapter prints)."""
-    return "\n".join(line for line in script.splitlines() if line.startswith("vllm serve"))
+    """The ``vllm serve`` lines of a serve script, each with the environment it runs in (what the chapter prints)."""
+    return "\n".join(line.strip() for line in script.splitlines()
+                     if " vllm serve " in f" {line} " and not line.strip().startswith("#"))
 
 
 # --- exercises -------------------------------------------------------------------------------------------

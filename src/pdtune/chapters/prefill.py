@@ -23,7 +23,7 @@ from pdtune.errors import InputError
 from pdtune.frontier import best_per_concurrency
 from pdtune.frontier import winner_runs as frontier_runs
 from pdtune.results.schema import empty_frame
-from pdtune.sweep import Sweep
+from pdtune.sweep import KIND_WORDS, Sweep
 from pdtune.topology import deployment_layout
 
 
@@ -126,28 +126,6 @@ def findings(sweep: Sweep, claims: Sequence[Claim], best: pd.DataFrame | None = 
     return pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
 
 
-def finding_sentence(row: pd.Series | dict[str, Any], *, modeled: bool = False) -> str:
-    """The article's claim and this sweep's answer in one sentence, for the prose. A ``modeled`` sweep is
-    what the performance model predicts, and the sentence says so: it is no check of the article."""
-    get = row.get
-    verdict = get("verdict")
-    if verdict == "no data":
-        return f"The article: {get('article_claim')}. This scenario has no such sweep to check it against."
-    if verdict == "not swept":
-        return (f"The article: {get('article_claim')}. This sweep cannot say: {get('claimed')} or those "
-                f"concurrencies are not in it (best there: {get('computed_best')}).")
-    phrase = {"agrees": "agrees", "partly": "agrees only in part", "disagrees": "disagrees"}[verdict]
-    if modeled:
-        return (f"The article: {get('article_claim')}. The model predicts {get('computed_best')}; "
-                f"the prediction {phrase} with the article ({get('wins')} concurrencies).")
-    return (f"The article: {get('article_claim')}. This sweep: {get('computed_best')}; "
-            f"the sweep {phrase} ({get('wins')} concurrencies).")
-
-
-def findings_sentences(table: pd.DataFrame, *, modeled: bool = False) -> list[str]:
-    return [finding_sentence(r, modeled=modeled) for r in table.to_dict("records")]
-
-
 def prefill_capacity(sweep: Sweep) -> pd.DataFrame:
     """Requests/s each prefill deployment delivers at each concurrency: ``B * 1000 / TTFT p50``.
 
@@ -216,73 +194,126 @@ def engines_needed(peak: pd.DataFrame, requests_per_s: float) -> pd.DataFrame:
     return out.sort_values(["gpus", "engines"], kind="stable").reset_index(drop=True)[columns]
 
 
-# --- what the chapter says, for its data or for none ---------------------------------------------------
+# --- the dense example the chapter opens on ---------------------------------------------------------------
+
+#: The plain dense model chapter 5 starts from, as aiconfigurator measured it with vLLM (FP8 weights).
+DENSE_MODEL, DENSE_GPU, DENSE_WORKLOAD = "llama-3.1-70b", "h200", (8192, 1024)
+
+
+def dense_example(cases: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Llama-3.1-70B (FP8) on H200 at ISL/OSL 8192/1024 and the lowest concurrency measured: one row per
+    tensor-parallel width with its measured median TTFT and TPOT (aiconfigurator's silicon runs of vLLM, as
+    chapter 8 reads them)."""
+    from pdtune.chapters.trust import sweep_cases
+
+    cases = sweep_cases() if cases is None else cases
+    isl, osl = DENSE_WORKLOAD
+    mine = cases[(cases["model"] == DENSE_MODEL) & (cases["gpu"] == DENSE_GPU)
+                 & cases["case"].str.endswith(f"ISL/OSL {isl}/{osl}")]
+    low = mine[mine["concurrency"] == mine["concurrency"].min()]
+    out = low.rename(columns={"gpus_total": "gpus", "measured_ttft_ms_p50": "ttft_ms_p50",
+                              "measured_tpot_ms_p50": "tpot_ms_p50"})
+    return out[["topology", "gpus", "concurrency", "ttft_ms_p50", "tpot_ms_p50"]].sort_values(
+        "gpus", kind="stable").reset_index(drop=True)
+
+
+def dense_ceiling(isl: int = DENSE_WORKLOAD[0]) -> Any:
+    """The FP8 prefill ceiling of the dense example (:func:`pdtune.perfmodel.roofline.prefill_ceiling`)."""
+    from pdtune.gpus import load_gpu
+    from pdtune.model import load_model
+    from pdtune.perfmodel.roofline import prefill_ceiling
+    from pdtune.precision import parse_weights_dtype
+
+    return prefill_ceiling(parse_weights_dtype("fp8", load_model(DENSE_MODEL)), load_gpu(DENSE_GPU), isl)
+
+
+def measured_case(cases: pd.DataFrame, model: str, gpu: str, isl: int | None = None,
+                  osl: int | None = None) -> tuple[str, bool]:
+    """The measured sweep a chapter's chart opens on: this model on this GPU (or on any GPU) when
+    aiconfigurator measured it (True), at the scenario's ISL (and OSL) when it was measured there, else the
+    dense example's own sweep (False)."""
+    from pdtune.chapters.trust import default_case
+
+    case, own = default_case(cases, model, gpu)
+    if own:
+        lead = case.rsplit(", ISL/OSL ", 1)[0] + f", ISL/OSL {isl}/" + (str(osl) if osl else "")
+        same = cases.loc[cases["case"].str.startswith(lead), "case"].value_counts()
+        return (str(same.index[0]) if isl and len(same) else case), True
+    isl, osl = DENSE_WORKLOAD
+    return f"{DENSE_MODEL} on {DENSE_GPU.upper()}, ISL/OSL {isl}/{osl}", False
+
+
+# --- the sentences whose wording depends on the scenario ---------------------------------------------------
 
 
 def data_note(sweep: Sweep, *, article_data: bool, figure: str = "figure 1") -> str:
-    """Where the sweep comes from, in one or two sentences: the article's modeled data, yours, or none."""
+    """What the sweep holds and where it comes from (:meth:`pdtune.sweep.Sweep.describe`), and for the
+    article's modeled data why it matches the article; without a sweep, what the page still computes."""
     if not sweep.available:
-        return (f"{sweep.note} The method below still applies: with results listed in "
-                f"`{sweep.kind}_results` every table and chart of this section fills in, and the parts that "
-                "need no sweep (the busy share of each layout, the roofline) are computed for your layouts.")
+        return (f"{sweep.note} The tables and charts of the sweep stay empty; what needs no sweep is computed "
+                "for your layouts.")
     if article_data:
-        return (f"This is the article's sweep as pdtune models it: the article publishes its {figure} without "
-                "numbers, so `pdtune.perfmodel` predicted it (see `data/clusters/gb300-qwen3.8-modeled/"
-                "README.md`). That model's default factors were tuned on the article's two headline numbers and "
-                "its findings, so where the curves match the article they match by construction, not as a check. "
-                "Every chart says modeled; replace the folder with your own measurements and the chapter reads "
-                "them the same way.")
-    if sweep.modeled:
-        return (f"The data is modeled by pdtune's performance model, not measured: {sweep.sources}. The model's "
-                "default factors were tuned on the article's two headline numbers and findings (or fitted on public "
-                "measurements, per GPU: data/perfmodel/defaults.csv); every chart says modeled.")
-    return f"The data is measured: {sweep.sources}. Every chart says which."
+        return (f"{sweep.describe()} The article shows its {figure} without numbers: this is pdtune's model of "
+                "the sweep, tuned on the article's headline numbers and findings, so it matches them by construction.")
+    return sweep.describe()
 
 
 def findings_text(found: pd.DataFrame, *, article_data: bool, kind: str = "prefill") -> str:
-    """The article's findings beside the sweep's, when the sweep is the article's; else why they are not."""
+    """The article's findings beside the sweep's winners, one short sentence each, or why they are not."""
     if not article_data:
-        return (f"The article's findings are about its own {kind} sweep of Qwen3.8-2.4T on GB300; this "
-                f"scenario's data is not that sweep, so they are not compared with it.")
-    # The article's sweep is modeled (its figures publish no numbers), so its findings meet a prediction.
-    text = " ".join(findings_sentences(found, modeled=True))
-    if kind == "prefill" and (found["verdict"] != "agrees").any():
-        text += (" Where a claim and the sweep disagree at the lowest concurrencies, the busy-share table above "
-                 "says why: a single request runs fastest on the widest TP group, and the article does not "
-                 "publish which concurrencies it swept.")
-    return text
+        return f"This is not the article's {kind} sweep, so its findings are not compared with it."
+    phrase = {"agrees": "agrees", "partly": "agrees in part", "disagrees": "disagrees", "not swept": "cannot say",
+              "no data": "cannot say"}
+    return " ".join(f"{r['article_claim']}: the model has {r['computed_best']}, so it {phrase[r['verdict']]} "
+                    f"({r['wins']} concurrencies)." for r in found.to_dict("records"))
+
+
+def ceiling_share(ceiling: Any) -> str:
+    """How close the sweep's best gets to the ceiling, or that there is no sweep to compare."""
+    if ceiling.best_tps_per_gpu is None or ceiling.best_tps_per_gpu != ceiling.best_tps_per_gpu:
+        return "There is no prefill sweep to set beside it."
+    return (f"The sweep's best reaches {ceiling.best_tps_per_gpu:,.0f} tokens/s per GPU, "
+            f"{ceiling.share:.0%} of it.")
+
+
+def measured_note(model: str, case: str, own: bool, what: str) -> str:
+    """Whether real vLLM runs of this model exist, and which measured sweep the folded chart opens on."""
+    if own:
+        return (f"Real vLLM measurements of this model exist: the chart opens on {case}, measured {what} "
+                "beside the model's prediction.")
+    return f"There are no real vLLM measurements of {model}: the chart opens on {case}."
+
+
+def worst_miss(cases: pd.DataFrame, case: str, metric: str) -> str:
+    """Where the performance model misses one measured sweep most (``metric`` is ``ttft_ms_p50`` or
+    ``tpot_ms_p50``), and which way: a measured latency far above the model's is a queue the model has none of."""
+    sel = cases[cases["case"] == case].dropna(subset=[f"measured_{metric}", f"modeled_{metric}"])
+    if not len(sel):
+        return ""
+    ratio = sel[f"modeled_{metric}"] / sel[f"measured_{metric}"]
+    row = sel.loc[(ratio - 1).abs().idxmax()]
+    measured, modeled = float(row[f"measured_{metric}"]), float(row[f"modeled_{metric}"])
+    text = (f"Its worst miss is {row['topology']} at {int(row['concurrency']):,} requests: {measured:,.0f} ms "
+            f"measured against {modeled:,.0f} ms modeled")
+    if measured > 2 * modeled:
+        return text + ": requests waiting in a queue, which the steady-state model does not have."
+    return text + "."
+
+
+def busy_sentence(share: pd.DataFrame) -> str:
+    """What the busy share of the listed layouts says at one request: which leaves most GPUs idle, or that
+    none has data-parallel ranks or pipeline stages to leave idle."""
+    if len(share) == 0:
+        return "No listed layout can run this model."
+    if (share["busy_at_1"] == 1).all():
+        return ("With one request every listed layout keeps all its GPUs busy: none has data-parallel ranks or "
+                "pipeline stages to leave idle.")
+    least = share.sort_values("busy_at_1", kind="stable").iloc[0]
+    full = ", ".join(share.loc[share["busy_at_1"] == 1, "deployment"]) or "none"
+    return (f"With one request {least['deployment']} keeps only {least['busy_at_1']:.0%} of its GPUs busy; the "
+            f"layouts that keep all of them busy: {full}.")
 
 
 def empty_note(sweep: Sweep) -> str:
-    """What a table or chart of a scenario without this sweep shows instead (the first mention is fuller)."""
-    return f"No {sweep.kind}-only sweep in this scenario: nothing to show here." if sweep.kind != "disagg" \
-        else "No disaggregated sweep in this scenario: nothing to show here."
-
-
-def ceiling_sentence(ceiling: Any) -> str:
-    """The prefill ceiling on this GPU, and how close the sweep's best gets to it (when there is a sweep)."""
-    text = f"On a {ceiling.gpu.upper()}, the ceiling is {ceiling.ceiling_tps_per_gpu:,.0f} tokens/s per GPU"
-    if ceiling.best_tps_per_gpu is None or ceiling.best_tps_per_gpu != ceiling.best_tps_per_gpu:
-        return text + "; without a prefill sweep there is nothing to set beside it."
-    return (text + f"; the sweep's best reaches {ceiling.best_tps_per_gpu:,.0f}, that is {ceiling.share:.0%} "
-            "of it.")
-
-
-def capacity_sentence(peak: pd.DataFrame) -> str:
-    """Which prefill deployment delivers the most requests per second per GPU, and how many."""
-    if len(peak) == 0:
-        return "Without a prefill sweep there is no TTFT to compute a request rate from."
-    top = peak.iloc[0]
-    return (f"Per GPU, {top['deployment']} delivers the most: {top['requests_per_s']:,.3g} requests per second "
-            f"per engine, {top['requests_per_s_per_gpu']:,.3g} per GPU.")
-
-
-def without_winner(best: pd.DataFrame, topologies: Sequence[str], load: Any) -> tuple[str, pd.DataFrame]:
-    """The sweep's winner at its highest concurrency, and the winners' runs once it is left out of
-    ``topologies`` (``load(topologies)`` reads the sweep again for them)."""
-    if len(best) == 0:
-        return "", empty_frame(["best", "from_concurrency", "to_concurrency", "points"])
-    top = str(best["best"].iloc[-1])
-    wanted = deployment_layout(top)
-    others = [t for t in topologies if deployment_layout(t) != wanted]
-    return top, winner_runs(best_table(load(others)))
+    """What a table or chart of a scenario without this sweep shows instead."""
+    return f"No {KIND_WORDS[sweep.kind]} sweep in this scenario: nothing to show here."

@@ -141,6 +141,73 @@ def _whole(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
+#: The plain dense models chapter 1 works by hand before any hybrid (bundled in data/models/).
+DENSE_MODELS: tuple[str, ...] = ("llama-3.1-8b", "llama-3.1-70b")
+
+#: Request lengths of the length chart: 1k to 128k tokens.
+LENGTHS: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def beside_references(spec: ModelSpec, *, dense: Iterable[str] = DENSE_MODELS[:1]) -> dict[str, ModelSpec]:
+    """``{label: model}``: the plain dense model(s), the model of the parameters cell and the article's, each once
+    (the parameters' model keeps its own name; the article's is labelled as the article's)."""
+    from pdtune.model import load_model
+
+    out: dict[str, ModelSpec] = {}
+    for name in dense:
+        out[name] = load_model(name)
+    if spec.name not in out:
+        out[spec.name] = spec
+    if article.MODEL not in out:
+        out[f"{article.MODEL} (the article's)"] = load_model(article.MODEL)
+    return out
+
+
+def request_table(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
+    """One row per plan: the model, its layers, one token's attention bytes per layer, the block, the pages and
+    MiB one request takes. The short form of :func:`state_summary`, for a page that sets models side by side."""
+    rows = []
+    for label, plan in plans.items():
+        rows.append({
+            "model": label,
+            "layers": plan.model.kinds_summary(),
+            "attention_bytes_per_token": plan.per_layer_bytes().get("attention_per_token"),
+            "block_tokens": plan.block_tokens,
+            "pages": plan.blocks_per_request,
+            "mib_per_request": plan.bytes_per_request / MiB,
+        })
+    return pd.DataFrame(rows)
+
+
+def length_sweep(models: Mapping[str, ModelSpec], lengths: Iterable[int] = LENGTHS, *, kv_cache_dtype: str,
+                 vllm: str = "0.11") -> pd.DataFrame:
+    """MiB one request of each model takes at each length (TP=1, ``vllm``'s arithmetic), for the length chart.
+
+    A length above a model's own limit is left out for that model (vLLM would refuse it).
+    """
+    rows = []
+    for label, spec in models.items():
+        limit = spec.max_length.tokens if spec.max_length else None
+        for tokens in lengths:
+            if limit is not None and tokens > limit:
+                continue
+            plan = plan_state(spec, max_model_len=tokens, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+            rows.append({"model": label, "tokens": tokens, "mib_per_request": plan.bytes_per_request / MiB,
+                         "kind": "hybrid" if spec.is_hybrid else "attention only",
+                         "provenance": provenance_of(plan)})
+    return pd.DataFrame(rows, columns=["model", "tokens", "mib_per_request", "kind", "provenance"])
+
+
+def plans_table(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
+    """One row per plan of one model: block, pages and MiB per request, and the request against the first plan."""
+    first = next(iter(plans.values())) if plans else None
+    rows = [{"plan": label, "block_tokens": p.block_tokens, "pages": p.blocks_per_request,
+             "mib_per_request": p.bytes_per_request / MiB,
+             "vs_first": p.bytes_per_request / first.bytes_per_request if first else None}
+            for label, p in plans.items()]
+    return pd.DataFrame(rows, columns=["plan", "block_tokens", "pages", "mib_per_request", "vs_first"])
+
+
 def groups_frame(plan: StatePlan) -> pd.DataFrame:
     """One row per KV cache group: what it holds and what one request takes from it."""
     rows = []
@@ -559,111 +626,6 @@ def pd_block_numbers(
     }
 
 
-# --- sentences: what the prose says about the model of the parameters cell ------------------------------
-
-
-def size_text(nbytes: int | float) -> str:
-    """Bytes for a sentence, in the unit that reads best: ``32 KiB``, ``4.125 MiB``, ``1.41 GiB``."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= size:
-            return f"{nbytes / size:,.4g} {unit}"
-    return f"{nbytes:,.0f} B"
-
-
-def request_sentence(plan: StatePlan) -> str:
-    """One request's pages and bytes, and how much of it is the empty tail of the last attention block."""
-    n = plan_numbers(plan)
-    text = (f"One {n['tokens']:,}-token request of {n['model']} pins {n['pages']:,} pages × "
-            f"{size_text(n['page-bytes'])} = {n['mib']:,.2f} MiB in the article's arithmetic.")
-    if n["tail-mib"] > 0:
-        text += (f" About {size_text(n['tail-mib'] * MiB)} of it is the empty tail of the last attention block: "
-                 f"{n['attn-blocks']:,} blocks of {n['block']:,} tokens hold {n['slots']:,} token slots for "
-                 f"{n['tokens']:,} tokens.")
-    else:
-        text += (f" Its {n['block']:,}-token blocks divide the {n['tokens']:,} tokens exactly, so no block "
-                 "is left partly empty.")
-    return text
-
-
-def recurrent_sentence(spec: ModelSpec) -> str:
-    """What the recurrent rows mean for this model."""
-    if spec.is_hybrid:
-        recurrent = sum(1 for kind in spec.layer_kinds if kind.is_recurrent)
-        return (f"{spec.name} keeps such a state in {recurrent} of its {spec.num_layers} layers "
-                f"({spec.kinds_summary()}).")
-    return (f"{spec.name} has no recurrent layers ({spec.kinds_summary()}): its column is empty here, and all of "
-            "its state grows with tokens.")
-
-
-def mtp_sentence(spec: ModelSpec, plans: Mapping[str, StatePlan], vllm: str) -> str:
-    """What MTP and prefix caching add to a request of the parameters' model under ``vllm``."""
-    by_kind = {label.split(": ", 1)[1]: p for label, p in plans.items() if label.startswith(f"vLLM {vllm}:")}
-    base = by_kind.get("no MTP, no prefix caching")
-    old = next(iter(plans.values()))
-    mtp = next((p for k, p in by_kind.items() if k.startswith("MTP")), None)
-    cached = next((p for k, p in by_kind.items() if k.startswith("prefix caching")), None)
-    if base is None:
-        return ""
-    mib = base.bytes_per_request / MiB
-    text = f"For {spec.name}, vLLM {vllm} reserves {mib:,.2f} MiB per request without MTP or prefix caching"
-    text += (f", {mib / (old.bytes_per_request / MiB):.2f} times the article's arithmetic" if
-             base.bytes_per_request != old.bytes_per_request else ", the same as the article's arithmetic")
-    if mtp is not None:
-        k = mtp.request.num_speculative_tokens
-        text += f"; with {k} MTP tokens {mtp.bytes_per_request / MiB:,.2f} MiB"
-    elif spec.num_mtp_layers == 0:
-        text += f"; it has no MTP layer, so MTP adds nothing to it"
-    if cached is not None:
-        on_top = cached.bytes_per_request / MiB
-        before = (mtp or base).bytes_per_request / MiB
-        text += (f"; with prefix caching on top, {on_top:,.2f} MiB" if on_top != before
-                 else "; prefix caching adds nothing to it (no recurrent state to checkpoint)")
-    return text + "."
-
-
-def tp_sentence(spec: ModelSpec, numbers: Mapping[str, Any]) -> str:
-    """One rank at the middle and the largest TP of chapter 1's sweep, for the parameters' model."""
-    n = numbers
-    text = (f"For {spec.name} the {n['tp1-mib']:,.2f} MiB of the article's arithmetic is the whole, unsharded "
-            f"request: a TP{n['mid']} rank holds {n['mid-mib']:,.2f} MiB of it.")
-    if n["high-rec-bytes"]:
-        text += (f" At TP{n['high']} one rank keeps {n['high-attn-bytes']:,} B of attention state per token and "
-                 f"{n['high-rec-bytes']:,} B of recurrent state per layer, the hybrid rule gives a block of "
-                 f"{n['high-block']:,} tokens")
-    else:
-        text += (f" At TP{n['high']} one rank keeps {n['high-attn-bytes']:,} B of attention state per token in "
-                 f"blocks of {n['high-block']:,} tokens (no recurrent state sets them)")
-    replicated = n["high-ratio"] > 1 + 1e-9
-    text += (f", and the {n['high']} ranks together hold {n['high-ratio']:.2f} times the unsharded request: "
-             + ("heads are replicated." if replicated else "nothing is replicated."))
-    return text
-
-
-def pd_sentence(spec: ModelSpec, numbers: Mapping[str, Any]) -> str:
-    """How far the parameters' prefill and decode layouts disagree on the block."""
-    n = numbers
-    if not n["pairs"]:
-        return f"None of these prefill-decode pairs can run {spec.name}."
-    if n["min-block"] == n["max-block"]:
-        return (f"For {spec.name} every one of these layouts picks the same {n['min-block']:,}-token block, so "
-                f"all {n['pairs']} prefill-decode TP pairs agree and nothing needs `--block-size`.")
-    return (f"For {spec.name} these layouts pick blocks of {n['min-block']:,} to {n['max-block']:,} tokens; "
-            f"{n['mismatched']} of the {n['pairs']} prefill-decode TP pairs disagree, and a side that has to grow "
-            f"its block pays up to {n['max-extra-pct']:.0f} % more per request.")
-
-
-def tp_takeaway(spec: ModelSpec, numbers: Mapping[str, Any], article_tp4: Mapping[str, Any],
-                article_tp8: Mapping[str, Any]) -> str:
-    """The TP takeaway's number: the parameters' model, and the article's beside it when it is another."""
-    n = numbers
-    article_part = (f"the article's Qwen3.8-2.4T: a TP4 rank holds {article_tp4['mib']:,.2f} MiB of its "
-                    f"{article_tp4['vs-mib']:,.0f} MiB, and its TP8 ranks together hold "
-                    f"{article_tp8['all-ranks-ratio']:.1f}× the unsharded bytes")
-    if spec.name == article.MODEL:
-        return article_part[0].upper() + article_part[1:] + "."
-    return (f"For {spec.name} a TP{n['mid']} rank holds {n['mid-mib']:,.2f} MiB of a {n['tp1-mib']:,.2f} MiB "
-            f"request, and its TP{n['high']} ranks together {n['high-ratio']:.2f}× the unsharded bytes; "
-            f"{article_part}.")
 
 
 def state_command(plan: StatePlan, model: str | None = None) -> str:
@@ -702,22 +664,3 @@ def other_kind_plan(spec: ModelSpec, max_model_len: int, kv_cache_dtype: str) ->
     return plan_state(other, max_model_len=length, kv_cache_dtype=kv_cache_dtype, vllm=CURRENT)
 
 
-def kind_sentence(plan: StatePlan) -> str:
-    """How :eq:`state-pages-per-request` reads for ``plan``'s model, with its own numbers."""
-    spec = plan.model
-    attention = [g for g in plan.groups if not g.kind.is_recurrent]
-    recurrent = [g for g in plan.groups if g.kind.is_recurrent]
-    kinds = sorted({kind_name(g.kind) for g in plan.groups})
-    n_attn = sum(len(g.layers) - g.padding_layers for g in attention)
-    n_rec = sum(len(g.layers) - g.padding_layers for g in recurrent)
-    text = (f"{spec.name} ({spec.kinds_summary()}) is planned by the same rules: {len(plan.groups)} KV cache groups "
-            f"of {plan.group_size} layer slots ({', '.join(kinds)}), one page size of {size_text(plan.block_bytes)} "
-            f"and {plan.block_tokens:,}-token blocks")
-    if recurrent:
-        rec = plan.recurrent_page
-        text += (f"; its {n_rec} recurrent layers hold one page each ({size_text(rec.state_bytes)} of state), its "
-                 f"{n_attn} attention layers {attention[0].blocks_per_request:,} blocks each")
-    else:
-        text += f"; its {n_attn} attention layers take {max(g.blocks_per_request for g in attention):,} blocks at most"
-    return (text + f": {plan.blocks_per_request:,} pages, {plan.bytes_per_request / MiB:,.2f} MiB per "
-            f"{plan.max_model_len:,}-token request.")

@@ -354,9 +354,15 @@ def table_if_any(frame: pd.DataFrame) -> Any:
     return styled(frame, precision=1) if len(frame) else None
 
 
+def shown_name(model: str) -> str:
+    """The model as a sentence names it: a bundled name, or a path's folder (never the path)."""
+    return model_key(str(model).removesuffix("config.json").rstrip("/"))
+
+
 def your_model(card: Scorecard, model: str, gpu: str) -> tuple[str, pd.DataFrame]:
     """A sentence on whether the measurements cover this parameter set's model (and GPU), and its errors there."""
     key = model_key(model)
+    model = shown_name(model)
     mine = card.lomo[card.lomo["model_key"] == key]
     if not len(mine):
         return (f"The measurements have no vLLM rows of {model}, so no prediction this book makes for it has been "
@@ -412,6 +418,7 @@ def default_case(cases: pd.DataFrame, model: str, gpu: str) -> tuple[str, bool]:
 def sweep_note(cases: pd.DataFrame, model: str, gpu: str, what: str) -> str:
     """One sentence: whether real measurements of this set's model exist, and which case the chart opens on."""
     case, own = default_case(cases, model, gpu)
+    model = shown_name(model)
     models = cases["model"].nunique()
     if own:
         return (f"Real vLLM measurements of this model exist: the chart opens on {case} and draws the measured "

@@ -88,3 +88,18 @@ def state_breakdown_chart(
     )
     return alt.layer(bars, totals, title=modeled_title(title or default_title(data), how=_HOW)).properties(
         width=330, height=alt.Step(30))
+
+
+def state_vs_tokens_chart(frame: pd.DataFrame, *, title: str | None = None) -> alt.Chart:
+    """MiB one request takes against its length, one line per model (log-log): attention-only models grow in
+    proportion, a hybrid starts higher and grows slower. ``frame`` is :func:`pdtune.chapters.state.length_sweep`."""
+    text = title or "Attention state grows with every token; a hybrid's recurrent part does not"
+    return alt.Chart(frame, title=modeled_title(text, how=_HOW)).mark_line(point=True).encode(
+        x=alt.X("tokens:Q", scale=alt.Scale(type="log", base=2), title="tokens per request (max_model_len)"),
+        y=alt.Y("mib_per_request:Q", scale=alt.Scale(type="log"),
+                title=ratio_title("MiB of KV cache", "request", unit="TP=1")),
+        color=alt.Color("model:N", title="model", legend=alt.Legend(orient="bottom", labelLimit=260)),
+        strokeDash=alt.StrokeDash("kind:N", title="layers"),
+        tooltip=named_tooltips("model:N", "kind:N", "tokens:Q", "mib_per_request:Q",
+                               names={"kind": "layers", "mib_per_request": "MiB per request"}),
+    ).properties(width=460, height=260)

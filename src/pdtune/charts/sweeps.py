@@ -29,7 +29,7 @@ from pdtune.sweep import Sweep
 
 #: Plot area of the curve charts: the legend sits to the right, and both fit the book's column.
 CURVE_WIDTH = 400
-CURVE_HEIGHT = 300
+CURVE_HEIGHT = 230
 #: Name of the legend-bound selection in every chart of this module.
 LEGEND_NAME = "pick"
 MODEL_HOW = "pdtune.perfmodel roofline model"

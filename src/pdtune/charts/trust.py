@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from pdtune.charts.style import MEASURED_PREFIX, MODELED_PREFIX, PANEL_WIDTH, column_title
-from pdtune.charts.sweeps import FADED, palette
+from pdtune.charts.sweeps import FADED, PALETTE
 
 MEASURED_SOURCE = "aiconfigurator's silicon runs of vLLM (aggregated serving)"
 MODELED_HOW = "pdtune.perfmodel with default factors fitted without the row's model"
@@ -78,7 +78,10 @@ def sweep_compare_chart(cases: pd.DataFrame, metric: str, *, case: str, title: s
     x = alt.X("concurrency:Q", title=column_title("concurrency"), scale=alt.Scale(type="log", base=2),
               axis=alt.Axis(format=",d"))
     y = alt.Y("value:Q", title=name, scale=alt.Scale(type="log"))
-    color = alt.Color("topology:N", scale=palette(order), title="topology (click to isolate)")
+    # The domain comes from the picked sweep's rows (no fixed domain), so the legend lists only the
+    # topologies the menu's sweep has a line for.
+    color = alt.Color("topology:N", scale=alt.Scale(range=list(PALETTE)), sort=order,
+                      title="topology (click to isolate)")
     dash = alt.StrokeDash("kind:N", title="line", scale=alt.Scale(
         domain=["measured", "modeled"], range=[[1, 0], [5, 3]]))
     base = alt.Chart(data).transform_filter("datum.case == case_pick").transform_fold(
@@ -96,7 +99,7 @@ def sweep_compare_chart(cases: pd.DataFrame, metric: str, *, case: str, title: s
     heading = _title(text, "solid lines with points", "dashed lines")
     heading.subtitle = [*heading.subtitle, "Pick another measured sweep in the menu under the chart; click the "
                         "legend to isolate a topology."]
-    return alt.layer(lines, dots, title=heading).add_params(menu).properties(width=400, height=300)
+    return alt.layer(lines, dots, title=heading).add_params(menu).properties(width=400, height=240)
 
 
 def frontier_compare_chart(points: pd.DataFrame, frontier: pd.DataFrame, predicted: pd.DataFrame, *,

@@ -12,6 +12,7 @@ from typing import Any
 
 from pdtune import limits, versions
 from pdtune.errors import InputError, brief
+from pdtune.precision import WEIGHTS_HELP
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
 from pdtune.units import GiB, MiB, to_bytes
 
@@ -97,6 +98,10 @@ def check_shared(args: argparse.Namespace) -> None:
     follows (:func:`pdtune.versions.check`). Run by :func:`pdtune.cli.main` before the command."""
     if isinstance(getattr(args, "vllm", None), str):
         versions.check(args.vllm, "--vllm")
+        if getattr(args, "vllm_env", None):
+            from pdtune.switches import env_from_args
+
+            env_from_args(args, args.vllm)  # names, values and the line checked before any work
 
 
 def fraction(text: str) -> float:
@@ -140,7 +145,12 @@ def gpu_counts(text: str) -> GpuCounts:
 SHARED_FLAGS: dict[str, dict[str, Any]] = {
     "model": {"metavar": "MODEL", "help": "bundled model name, folder with config.json, or the file"},
     "--model": {"help": "config.json, its folder, or a bundled model name"},
+    "--weights": {"metavar": "FMT", "help": WEIGHTS_HELP},
     "--vllm": {"metavar": "VERSION", "help": "vLLM line whose arithmetic to follow"},
+    "--vllm-env": {"action": "append", "default": None, "metavar": "NAME=VALUE",
+                   "help": "a vLLM environment variable the run sets (repeatable): "
+                           "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE, VLLM_ALLOW_LONG_MAX_MODEL_LEN, "
+                           "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; defaults per line from data/vllm/switches.csv"},
     "--kv-cache-dtype": {"help": "KV cache dtype: auto | fp8 | fp8_e4m3 | bfloat16 | ..."},
     "--gpu-memory-utilization": {"type": fraction},
     "--isl": {"type": whole_flag(limits.MAX_MODEL_LEN, "tokens"), "help": "input tokens per request"},

@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="VLLM_LOG")
     shared_flag(p, "--model", help="config.json, its folder, or a bundled model name: adds the cross-check")
     shared_flag(p, "--vllm", help="vLLM line for the cross-check (default: the log's version)")
+    shared_flag(p, "--vllm-env")
     p.add_argument("--tp", type=whole_flag(MAX_PARALLEL, "ranks"), help="tensor-parallel size, if the log does not say it")
     shared_flag(p, "--kv-cache-dtype", help="KV cache dtype, if the log does not say it (vLLM's default: auto)")
     shared_flag(p, "--num-speculative-tokens", default=None,

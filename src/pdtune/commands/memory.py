@@ -10,10 +10,12 @@ GB300 start-up memory), said so on the output; the requests it holds are vLLM's 
 from __future__ import annotations
 
 import argparse
+import math
 
 from pdtune import versions
 from pdtune.commands._common import emit_json, gib_flag, mib_flag, shared_flag
 from pdtune.errors import InputError
+from pdtune.precision import WEIGHTS_HELP
 from pdtune.memory import Accounting, Waterfall
 from pdtune.units import GiB, MiB, from_gib, from_mib
 
@@ -37,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     shared_flag(p, "--gpu-memory-utilization", default=None, help="default 0.92 (vLLM 0.20+; the workbook's)")
     p.add_argument("--weights-gib", type=gib_flag, help='"Model loading took ... GiB" (or --model)')
     shared_flag(p, "--model", help="config.json, its folder or a bundled name: weights per GPU from it")
+    shared_flag(p, "--weights", help=f"with --model: {WEIGHTS_HELP}")
     p.add_argument("--topology", help="with --model: the layout whose GPU this is (TEP8, TP4DP4+EP, ...)")
     p.add_argument("--gpu", help="with --model: a GPU of data/gpus/gpus.csv for the total (default gb300)")
     p.add_argument("--mtp", action="store_true", help="with --model: the MTP draft layers' weights too")
@@ -67,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--total-gib", args.total_gib), ("--weights-gib", args.weights_gib)):
         if value is None:
             raise InputError(flag, flag.lstrip("-").replace("-", "_"), "required (or give --model and --topology)")
-    if args.topology or args.gpu or args.mtp:
-        raise InputError("--topology", "model", "--topology, --gpu and --mtp need --model")
+    if args.topology or args.gpu or args.mtp or args.weights:
+        raise InputError("--topology", "model", "--topology, --gpu, --mtp and --weights need --model")
     waterfall = Waterfall(
         total=from_gib(args.total_gib, "--total-gib", "total_gib"),
         gpu_memory_utilization=0.92 if args.gpu_memory_utilization is None else args.gpu_memory_utilization,
@@ -97,6 +100,10 @@ def _run_model(args: argparse.Namespace) -> int:
     from pdtune.scenario import layout_problem
 
     spec = load_model(args.model)
+    if args.weights:
+        from pdtune.precision import parse_weights_dtype
+
+        spec = parse_weights_dtype(args.weights, spec)
     problem = layout_problem(spec, args.topology, max_model_len=args.isl + args.osl,
                              kv_cache_dtype=args.kv_cache_dtype, vllm=args.vllm, source="--topology")
     if problem:
@@ -121,12 +128,27 @@ def _run_model(args: argparse.Namespace) -> int:
     row = topology_capacity(spec, [args.topology], max_model_len=args.isl + args.osl,
                             kv_cache_dtype=args.kv_cache_dtype, vllm=args.vllm,
                             num_speculative_tokens=k if args.mtp else 0, **memory)
-    mine = row[row["mtp"] == (args.mtp and spec.num_mtp_layers > 0)].iloc[0].to_dict()
-    extra = {"model": spec.name, "topology": args.topology, "mtp": bool(args.mtp and spec.num_mtp_layers),
-             "assumed": assumed,
+    mine = {k: _finite(v) for k, v in row[row["mtp"] == (args.mtp and spec.num_mtp_layers > 0)].iloc[0].items()}
+    if mine.get("mib_per_request_rank") is None:  # weights that do not fit leave no count, but a request has a size
+        from pdtune.state import plan_state
+        from pdtune.topology import parse_topology
+
+        rank = plan_state(spec, tp=parse_topology(args.topology).tp, max_model_len=args.isl + args.osl,
+                          kv_cache_dtype=args.kv_cache_dtype, vllm=args.vllm,
+                          num_speculative_tokens=k if args.mtp else 0)
+        mine["mib_per_request_rank"] = rank.bytes_per_request / MiB
+    extra = {"model": spec.name, "weights": spec.weights.name, "topology": args.topology,
+             "mtp": bool(args.mtp and spec.num_mtp_layers), "assumed": assumed,
              "requests_per_engine": mine.get("requests_per_engine"), "requests_per_gpu": mine.get("requests_per_gpu"),
-             "mib_per_request_rank": mine.get("mib_per_request_rank")}
+             "mib_per_request_rank": mine.get("mib_per_request_rank"), "note": mine.get("note") or None}
     return _report(waterfall, args, extra)
+
+
+def _finite(value: object) -> object:
+    """A frame's cell for the output: NaN (a count that does not exist) as None, never printed as "nan"."""
+    if hasattr(value, "item"):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _report(waterfall: Waterfall, args: argparse.Namespace, extra: dict) -> int:
@@ -141,7 +163,7 @@ def _report(waterfall: Waterfall, args: argparse.Namespace, extra: dict) -> int:
         return 0
     if extra:
         print(f"{extra['model']} {extra['topology']}{' + MTP' if extra['mtp'] else ''}: weights per GPU "
-              f"{waterfall.weights / GiB:.2f} GiB from the config")
+              f"{waterfall.weights / GiB:.2f} GiB from the config ({extra['weights']} weights)")
     for step in waterfall.steps(args.accounting):
         print(f"{step.label:<32} -{step.bytes / GiB:8.2f} GiB  -> {step.remaining_after / GiB:8.2f} GiB left")
     print(f"{'KV cache':<32} {kv / GiB:9.2f} GiB")
@@ -150,6 +172,13 @@ def _report(waterfall: Waterfall, args: argparse.Namespace, extra: dict) -> int:
     if extra.get("requests_per_engine") is not None:
         print(f"requests per engine (vLLM {args.vllm}, {extra['mib_per_request_rank']:.2f} MiB per request on one "
               f"rank): {extra['requests_per_engine']:.2f}; per GPU {extra['requests_per_gpu']:.2f}")
+    elif extra:
+        why = extra.get("note") or "no KV cache is left"
+        print(f"requests per engine (vLLM {args.vllm}, {extra['mib_per_request_rank']:.2f} MiB per request on one "
+              f"rank): none, {why}")
+        if kv < 0:
+            print("if the checkpoint's weights are quantized and its config does not say so, give --weights "
+                  "(fp8, nvfp4, ...)")
     if extra.get("assumed"):
         shown = ", ".join(f"{flag} {value:g}" for flag, value in extra["assumed"].items())
         print(f"assumed, not given: {shown} (the workbook's defaults: the article's GB300 setup)")

@@ -14,26 +14,51 @@ from pdtune.commands._common import (
     whole_flag,
 )
 from pdtune.errors import InputError, brief
+from pdtune.switches import env_from_args
 from pdtune.limits import MAX_GPUS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.perfmodel import DEFAULT_ACCEPTANCE
-from pdtune.plan import PLAN_VLLM, Plan, PlanSettings, picks_sentence, plan, sla_list
+from pdtune.plan import (
+    PLAN_VLLM,
+    Plan,
+    PlanSettings,
+    ceil_to,
+    comparison_sentence,
+    floor_to,
+    picks_sentence,
+    plan,
+    sla_list,
+)
+from pdtune.plan.evaluate import LATENCY_NOTE, SIMULATED, SIMULATED_NOTE
+from pdtune.topology import layout_notation
 
 EPILOG = """\
 Rows built on modeled sweeps are MODELED (pdtune.perfmodel, a roofline model), not measured; pass your own
 isolated sweeps with --prefill-results/--decode-results (any format `pdtune results` reads) to plan from them.
+The table holds aggregated rows (replicas of one vllm serve server on the same budget) beside the disaggregated
+xPyD rows, and says for each SLA which serving mode wins and by how much (--no-aggregated leaves them out).
 tok/s/GPU = total (input + output) tokens/s over all GPUs; tok/s/user = 1000 / TPOT; TTFT includes the KV
 transfer from the prefill to the decode engine (NVLink inside one NVLink domain, else the scale-out network).
+Numbers are rounded the way they are compared: tok/s/user down (19.98 reads 19.9 against >= 20), TTFT and TPOT
+up. Latencies come from the steady-state model by default (column latency_model): no queueing spread, so TTFT
+p90 = p99 = the median, and TPOT p90 = p99 = the median x the measured p99/median ratio of the bundled
+InferenceX points (or --tpot-p90-factor), or a measured decode sweep's p99; the plan prints which. With
+--latency-model simulated every reported row and SLA check comes from pdtune.sim (vLLM 0.33's scheduler stepped
+on the same costs: queueing, TTFT and TPOT tails), the search still ranked by the steady-state model.
 Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
+A pick keeps its TTFT under a ceiling when any row meeting the SLA does: by default 4x the ISL-token prompt's
+own TTFT alone on the fastest engine, at least 1 s (--ttft-ceiling-ms sets it); a pick above it is a warning.
 Factors: --calibration CAL (from `pdtune calibrate`, one per pool GPU) or each GPU's defaults
-(data/perfmodel/defaults.csv); the KV transfer runs at the lower pool's link factor. The model predicts a mean
-TPOT: a --max-tpot-ms-p90 limit is checked against it times the measured p99/median ratio of the bundled
-InferenceX points (or --tpot-p90-factor), or against a measured decode sweep's p99; the plan prints which.
+(data/perfmodel/defaults.csv); the KV transfer runs at the lower pool's link factor.
+
+Layout notation:
+{notation}
+
 Examples:
   pdtune plan deepseek-v3 --gpu gb200 --max-gpus 72 --isl 8192 --osl 1024 --min-tps-per-user 20 --json
-  pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024
+  pdtune plan gpt-oss-120b --gpu h200 --max-gpus 8 --isl 1024 --osl 1024 --min-tps-per-user 50
   pdtune plan qwen3-next-80b-a3b --gpu b200 --decode-gpu h200 --max-gpus 32 --isl 8192 --osl 1024 \\
       --max-ttft-ms 500 --recipes recipes/
-"""
+""".format(notation="\n".join("  " + line for line in layout_notation(108).splitlines()))
 
 
 def _floats(text: str) -> list[float]:
@@ -68,6 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shared_flag(p, "model")
+    shared_flag(p, "--weights")
     p.add_argument("--gpu", required=True,
                    help="GPU of the prefill pool, and of decode (data/gpus/gpus.csv lists them)")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
@@ -78,6 +104,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-tps-per-user", type=_floats, metavar="X[,X...]",
                    help="interactivity floor(s), tokens/s per user (one pick per floor)")
     p.add_argument("--max-ttft-ms", type=non_negative_float, metavar="T", help="TTFT limit, ms (median)")
+    p.add_argument("--ttft-ceiling-ms", type=non_negative_float, metavar="T",
+                   help="TTFT a pick should stay under when a row meeting its SLA does (default: 4x the prompt's "
+                        "own TTFT alone on the fastest engine, at least 1000 ms); a pick above it is a warning")
+    p.add_argument("--latency-model", choices=("steady-state", "simulated"), default="steady-state",
+                   help="what evaluates every reported row and SLA check: the steady-state model (default, seconds) "
+                        "or the scheduler simulation pdtune.sim (queueing and tails; tens of seconds of CPU a row "
+                        "at thousands of requests in flight)")
+    p.add_argument("--no-aggregated", action="store_true",
+                   help="leave out the aggregated rows (replicas of one vllm serve server on the same budget)")
     p.add_argument("--max-tpot-ms-p90", type=non_negative_float, metavar="P",
                    help="TPOT p90 limit, ms: checked against a measured decode sweep's p99 TPOT where given, else "
                         "the modeled TPOT x --tpot-p90-factor (the plan prints the basis)")
@@ -90,18 +125,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     draft_and_dcp_flags(p, engines="both pools (and the KV transfer; it replaces the MTP candidates)")
     p.add_argument("--prefill-results", nargs="+", metavar="PATH", help="measured prefill-only sweeps (ISL/2)")
     p.add_argument("--decode-results", nargs="+", metavar="PATH", help="measured decode-only sweeps")
-    p.add_argument("--prefill-topologies", type=_names, metavar="T1,T2", help="restrict the prefill layouts")
-    p.add_argument("--decode-topologies", type=_names, metavar="T1,T2", help="restrict the decode layouts")
+    p.add_argument("--prefill-topologies", type=_names, metavar="T1,T2",
+                   help="restrict the prefill layouts (and the aggregated servers to both lists' layouts)")
+    p.add_argument("--decode-topologies", type=_names, metavar="T1,T2",
+                   help="restrict the decode layouts (and the aggregated servers to both lists' layouts)")
     p.add_argument("--mtp", type=whole_flag(MAX_SPECULATIVE_TOKENS, "draft tokens", minimum=0), default=3, metavar="K",
                    help="MTP draft tokens for decode candidates when the model has MTP (default 3; 0 = none)")
     p.add_argument("--acceptance", type=non_negative_float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help=f"MTP draft acceptance rate (default {DEFAULT_ACCEPTANCE})")
     shared_flag(p, "--kv-cache-dtype", default="fp8", help="KV cache dtype (default fp8)")
-    shared_flag(p, "--gpu-memory-utilization", default=0.92)
+    shared_flag(p, "--gpu-memory-utilization", default=0.92,
+                help="fraction of each GPU's memory vLLM may take for weights, activations, CUDA graphs and the "
+                     "KV cache (vLLM's --gpu-memory-utilization; default 0.92, vLLM's own)")
     p.add_argument("--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"), default=8192,
                    help="per DP rank (default 8192)")
     shared_flag(p, "--vllm", default=PLAN_VLLM,
                 help=f"vLLM line of the state accounting (default {PLAN_VLLM}, the recipes' version)")
+    shared_flag(p, "--vllm-env")
     p.add_argument("--recipes", metavar="DIR", help="also write srt-slurm recipes of every pick into DIR")
     p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
     shared_flag(p, "--json", help="machine-readable output (what `pdtune recipe` reads)")
@@ -109,7 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("max_ttft_ms", "max_tpot_ms_p90"):
+    for name in ("max_ttft_ms", "max_tpot_ms_p90", "ttft_ceiling_ms"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             raise InputError(f"--{name.replace('_', '-')}", name, "must be positive")
     if not 0 <= args.acceptance <= 1:
@@ -126,6 +166,9 @@ def run(args: argparse.Namespace) -> int:
         decode_topologies=args.decode_topologies, calibration=tuple(args.calibration),
         speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens,
         decode_context_parallel_size=args.decode_context_parallel_size, tpot_p90_factor=args.tpot_p90_factor,
+        vllm_env=env_from_args(args, args.vllm).given,
+        aggregated=not args.no_aggregated, ttft_ceiling_ms=args.ttft_ceiling_ms, latency_model=args.latency_model,
+        weights=args.weights or "",
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
     result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
@@ -136,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
         from pdtune.recipe import write_recipes
 
         rows = sorted({pick.row for pick in result.picks if pick.row is not None})
-        written = [str(p) for p in write_recipes(data, rows, args.recipes, model_path=args.model_path)]
+        written = [str(p) for p in write_recipes(data, rows, args.recipes, model_path=args.model_path,
+                                                 source="pdtune plan --recipes")]
         data["recipes"] = written
     if args.json:
         emit_json(data)
@@ -151,11 +195,14 @@ def render(result: Plan, written: list[str] | None = None) -> str:
     pools = s.gpu if not s.mixed else f"prefill on {s.gpu}, decode on {s.decode_gpu_name}"
     origin = ("MODELED (pdtune.perfmodel roofline predictions, rate-matched; not measurements)" if result.modeled
               else "from measured isolated sweeps")
+    agg = (f"; {c['aggregated_candidates']} aggregated server layouts ({c['aggregated_rows']:,} rows, "
+           f"{c['aggregated_rejected']} layouts rejected, {c['aggregated_points_above_kv_room']:,} points beyond "
+           "their KV room dropped)") if s.aggregated else "; aggregated rows left out"
     lines = [
         f"Plan {origin}: {result.spec.name}, {pools}, at most {s.max_gpus} GPUs, ISL/OSL {s.isl}/{s.osl}",
         f"  searched {c['prefill_candidates']} prefill and {c['decode_candidates']} decode sweeps "
         f"({c['rejected']} layouts rejected: heads, experts or memory; {c['pruned']} beaten by another of the same "
-        f"size); {c['feasible_rows']:,} rate-matched deployments fit the budget",
+        f"size){agg}; {c['feasible_rows']:,} deployments fit the budget",
         f"  dropped: {c['decode_points_above_kv_room']:,} decode points beyond their KV room, "
         f"{c['rows_over_kv_room_after_block_size']:,} rows over KV room once --block-size grows the block, "
         f"{c['rows_link_saturated']:,} rows whose KV stream exceeds the link",
@@ -163,38 +210,56 @@ def render(result: Plan, written: list[str] | None = None) -> str:
         f"(collectives charged at the NIC's bandwidth); {c['frontier_rows_network_charged']} of them on the "
         "frontier",
         "  factors: " + _factors(result),
+        f"  latencies ({result.latency_model}): {SIMULATED_NOTE if result.latency_model == SIMULATED else LATENCY_NOTE}",
     ]
+    if result.ceiling is not None:
+        lines.append(f"  TTFT ceiling {result.ceiling.ms:,.0f} ms ({result.ceiling.source})")
     if any(p.sla.max_tpot_ms_p90 is not None for p in result.picks) and result.tpot_p90 is not None:
         lines.append(f"  TPOT p90 (for the p90 limit): {result.tpot_p90.basis}; rows built on a measured decode "
                      "sweep with a p99 TPOT use that p99")
     extras = result.state_extras()
     if extras is not None:
         lines.append(f"  {_extras(extras)}")
+    slas = [p.sla for p in result.picks]
+    lines += ["", "SLAs (the SLA column, in this order): " + "; ".join(
+        f"{k + 1}. {sla.describe()}" for k, sla in enumerate(slas))]
     lines += [
         "",
-        "Frontier (upper envelope; * = SLA pick off the frontier). tok/s/GPU: total tokens/s over all GPUs; "
-        "tok/s/user: 1000 / TPOT; TTFT includes the KV transfer; from: prefill/decode sweeps, M = modeled, "
-        "X = measured",
-        f"  {'row':>3}  {'deployment':<34} {'GPUs':>4} {'conc':>5} {'tok/s/GPU':>9} {'tok/s/user':>10} "
-        f"{'TTFT ms':>8} {'KV ms':>6} {'KV %':>5} {'link':<9} {'from':<4} notes",
+        "Table: the frontier (upper envelope) of aggregated and disaggregated rows, each pick, its runner-up and "
+        "the best of each mode (* = off the frontier). tok/s/GPU: total tokens/s over all GPUs; tok/s/user: "
+        "1000 / TPOT (rounded down); TTFT (with the KV transfer) and TPOT p90 rounded up; SLA: y/n per SLA; "
+        "from: prefill/decode sweeps, M = modeled, X = measured",
+        f"  {'row':>3}  {'mode':<6} {'deployment':<30} {'GPUs':>4} {'conc':>5} {'tok/s/GPU':>9} "
+        f"{'tok/s/user':>10} {'TTFT ms':>8} {'TPOT p90':>8} {'KV ms':>6} {'link':<9} {'SLA':<{max(3, 2 * len(slas) - 1)}} "
+        f"{'from':<4} notes",
     ]
     for r in result.table.to_dict("records"):
         notes = []
         if r["network_charged"]:
             notes.append("TP/EP group over the network")
-        if r["block_size_to_set"] is not None and not _missing(r["block_size_to_set"]):
+        if r.get("block_size_to_set") is not None and not _missing(r["block_size_to_set"]):
             notes.append(f"--block-size {int(r['block_size_to_set'])}")
+        if not r["within_ttft_ceiling"]:
+            notes.append("TTFT above the ceiling")
         if r["picked_for"]:
             notes.append(f"pick: {r['picked_for']}")
         mark = " " if r["on_frontier"] else "*"
         origin = "/".join("M" if str(r[k]).startswith("modeled") else "X" for k in ("prefill_source", "decode_source"))
+        sla = "/".join("y" if ok else "n" for ok in r["meets_sla"])
+        kv = f"{r['kv_transfer_ms']:>6.2f}" if r["mode"] == "disagg" else f"{'-':>6}"
+        link = r["kv_link"] if r["mode"] == "disagg" else "-"
         lines.append(
-            f" {mark}{r['row']:>3}  {r['deployment']:<34} {r['gpus_total']:>4} {r['concurrency']:>5} "
-            f"{r['tps_per_gpu']:>9,.0f} {r['tps_per_user']:>10.1f} {r['ttft_ms_p50']:>8,.0f} "
-            f"{r['kv_transfer_ms']:>6.2f} {100 * r['kv_transfer_share']:>4.1f}% {r['kv_link']:<9} {origin:<4} "
+            f" {mark}{r['row']:>3}  {r['mode']:<6} {r['deployment']:<30} {r['gpus_total']:>4} {r['concurrency']:>5} "
+            f"{r['tps_per_gpu']:>9,.0f} {floor_to(r['tps_per_user'], 1):>10.1f} {ceil_to(r['ttft_ms_p50']):>8,.0f} "
+            f"{ceil_to(r['tpot_ms_p90'], 1):>8.1f} {kv} {link:<9} {sla:<{max(3, 2 * len(slas) - 1)}} {origin:<4} "
             f"{'; '.join(notes)}")
     lines += ["", "Picks:"]
     lines += [f"  {picks_sentence(result, pick)}" for pick in result.picks]
+    lines += ["", "Aggregated or disaggregated:"]
+    lines += [f"  {comparison_sentence(result, pick)}" for pick in result.picks]
+    warnings = result.warnings()
+    if warnings:
+        lines += [""] + warnings
     lines += ["", _ends(result)]
     if written:
         lines += ["", f"Recipes written ({len(written)} files):"] + [f"  {w}" for w in written]
@@ -233,7 +298,7 @@ def _ends(result: Plan) -> str:
     ends = result.ends()
     top, fast = ends["throughput"], ends["latency"]
     text = (f"Frontier ends: {top['tps_per_gpu']:,.0f} total tokens/s per GPU ({top['deployment']}, concurrency "
-            f"{top['concurrency']}); {fast['tps_per_user']:.1f} tokens/s per user ({fast['deployment']}, "
+            f"{top['concurrency']}); {floor_to(fast['tps_per_user'], 1):.1f} tokens/s per user ({fast['deployment']}, "
             f"concurrency {fast['concurrency']})")
     if result.spec.name == article.MODEL:
         c = article.constants()

@@ -29,6 +29,7 @@ from pdtune.perfmodel import (
     predict_prefill,
 )
 from pdtune.perfmodel.aggregated import agg_plan, agg_prediction, serving_defaults
+from pdtune.switches import default_gpu_memory_utilization
 from pdtune.perfmodel.calibrate import load_calibration
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.sweeps import DECODE_ISL, DECODE_OSL, DISAGG_ISL, DISAGG_OSL, PREFILL_ISL, PREFILL_OSL
@@ -51,11 +52,11 @@ Topologies: TP<n>, DP<n>, PP<n> in any combination with an optional +EP (experts
 or TEP<n> (= TP<n>+EP); a disaggregated deployment is <x>x<prefill>:<y>x<decode>, e.g. 3xTP2DP4+EP:1xTEP8.
 Default workloads follow the article: prefill 8192/2, decode 1/1000, disagg 8192/1024; agg (one server prefilling
 and decoding, closed loop) 1024/1024 with vLLM's own serving defaults (max-num-batched-tokens, max-num-seqs,
-0.9 of the memory, KV cache in the model dtype) unless flags say otherwise.
+--gpu-memory-utilization: 0.9 in 0.11, 0.92 from 0.20, KV cache in the model dtype) unless flags say otherwise.
 Factors: --calibration CAL (from `pdtune calibrate`) or the GPU's defaults (data/perfmodel/defaults.csv).
 Examples:
   pdtune predict gpt-oss-120b --gpu h200 --topology TP2 --mode agg --concurrency 4,16,64
-  pdtune predict llama-3.1-70b --gpu h100 --topology TP4 --mode agg --weights-dtype fp8
+  pdtune predict llama-3.1-70b --gpu h100 --topology TP4 --mode agg --weights fp8
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TP4DP4+EP --mode decode --concurrency 1,8,64,512
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TEP8 --mode decode --mtp 3 --acceptance 0.25 --json
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology 4xTP2DP4+EP:1xTP4DP4+EP --concurrency 256,2560
@@ -107,11 +108,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="G",
         help="device memory torch reports, in GiB (default: the GPU table's)",
     )
-    shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: 0.9")
+    shared_flag(p, "--gpu-memory-utilization", help="default 0.92 (the article's); agg: vLLM's default for --vllm (0.9 in 0.11, 0.92 from 0.20)")
     shared_flag(p, "--kv-cache-dtype", help="KV cache dtype (default fp8, as the article; agg: auto)")
     shared_flag(p, "--vllm", default=versions.DEFAULT_VLLM,
                 help=f"vLLM line whose state accounting and serving defaults apply (default {versions.DEFAULT_VLLM}; "
                      "the article ran 0.26.1)")
+    shared_flag(p, "--vllm-env")
     p.add_argument(
         "--max-num-batched-tokens", type=whole_flag(MAX_TOKENS_PER_STEP, "tokens per step"),
         help="per DP rank (default 8192; agg: vLLM's default for the version and GPU)",
@@ -120,9 +122,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-num-seqs", type=whole_flag(MAX_NUM_SEQS, "sequences per engine"),
         help="running requests per DP rank (default: KV room only)"
     )
-    p.add_argument("--weights-dtype", metavar="FMT",
-                   help="serve the weights as FMT (bf16, fp8, fp8-block, nvfp4, mxfp4, int4-w4a16), or "
-                        "dense=FMT,experts=FMT (default: the checkpoint's quantization_config)")
+    shared_flag(p, "--weights", dest="weights")
+    p.add_argument("--weights-dtype", dest="weights", metavar="FMT", help="the same as --weights (its older name)")
     p.add_argument("--calibration", metavar="CAL", help="factors from `pdtune calibrate` (default: the GPU's)")
     draft_and_dcp_flags(p, engines="the engine (both engines of a disaggregated deployment)")
     shared_flag(p, "--json")
@@ -160,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
     isl = args.isl if args.isl is not None else isl
     osl = args.osl if args.osl is not None else osl
     spec = load_model(args.model)
-    if args.weights_dtype:
-        spec = parse_weights_dtype(args.weights_dtype, spec)
+    if args.weights:
+        spec = parse_weights_dtype(args.weights, spec)
     gpu = load_gpu(args.gpu, memory_gib=args.gpu_memory_gib)
     if args.calibration:
         cal = load_calibration(args.calibration, model=args.model, gpu=gpu.name)
@@ -276,7 +277,8 @@ def engine_config(args: argparse.Namespace, mode: str, gpu: object) -> EngineCon
     """The flags, else the article's settings, else (aggregated serving) vLLM's own defaults."""
     if mode == "agg":
         mnbt, seqs = serving_defaults(args.vllm, gpu)  # type: ignore[arg-type]
-        defaults = {"util": 0.9, "kv": "auto", "mnbt": mnbt, "seqs": seqs, "overheads": MEASURED_OVERHEADS_GIB}
+        defaults = {"util": default_gpu_memory_utilization(args.vllm), "kv": "auto", "mnbt": mnbt, "seqs": seqs,
+                    "overheads": MEASURED_OVERHEADS_GIB}
     else:
         defaults = {"util": 0.92, "kv": "fp8", "mnbt": 8192, "seqs": None, "overheads": None}
     draft = load_model(args.speculative_model) if args.speculative_model else None

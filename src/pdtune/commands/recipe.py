@@ -8,11 +8,17 @@ from pdtune.commands._common import emit_json, shared_flag, whole_flag
 
 EPILOG = """\
 For each --row K (a row number of the plan's table): deploy-row<K>-<deployment>.yaml (the srt-slurm recipe of the
-disaggregated deployment, sa-bench over concurrencies spanning its predicted curve), serve-row<K>-<...>.sh
-(the same engines as `vllm serve` commands), and measure-prefill-<layout>.yaml / measure-decode-<layout>.yaml
-(the isolated sweeps behind it, to measure first and feed back with pdtune plan --prefill-results/--decode-results).
---measurements writes the isolated-sweep recipes of every layout in the plan's table.
-Every vLLM flag written is one vLLM 0.33.0 accepts (data/vllm/engine-args-0.33.0.txt).
+deployment, aggregated or disaggregated, sa-bench over concurrencies spanning its predicted curve with
+random_range_ratio 1.0), serve-row<K>-<...>.sh (the same engines as `vllm serve` commands, one per worker and
+node: run it on each node with the node's index), and for a disaggregated row measure-prefill-<layout>.yaml /
+measure-decode-<layout>.yaml (the isolated sweeps behind it, prefill at ISL/2 and decode at ISL 1 / OSL 2 ISL + OSL,
+the plan's mean context; feed them back with pdtune plan --prefill-results/--decode-results).
+--measurements writes the isolated-sweep recipes of every disaggregated layout in the plan's table.
+The plan file is checked in full first (format version, every key, vLLM's value rules, the model's layouts).
+Recipes that need a router (disaggregated, or several aggregated replicas) run Dynamo 1.6.1 in the vLLM 0.31.0
+image it pins (no Dynamo release pins 0.33); one aggregated server, the measurements and the serve scripts run
+the image's own vLLM 0.33.0. Prefill and decode share nodes when the plan priced their KV transfer over NVLink.
+Every vLLM flag and value written is one those vLLM versions accept (data/vllm/).
 Example:
   pdtune plan qwen3.8-2.4t --gpu gb300 --max-gpus 72 --isl 8192 --osl 1024 --json > plan.json
   pdtune recipe plan.json --row 6 --out recipes/
@@ -33,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measurements", action="store_true",
                    help="also the isolated-sweep recipes of every layout in the plan's table")
     shared_flag(p, "--out", required=True, help="folder to write into")
-    p.add_argument("--model-path", metavar="PATH", help="model path the recipes name (default: the model name)")
+    p.add_argument("--model-path", metavar="PATH",
+                   help="the model the serve scripts load and the recipes' model.path (default: the model's Hub id in "
+                        "the serve scripts, its name as an srtslurm.yaml alias in the recipes)")
     shared_flag(p, "--json", help="list the files written as JSON")
     p.set_defaults(func=run)
 
@@ -43,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from pdtune.recipe import write_recipes
 
     data = load_plan(args.plan)
-    written = write_recipes(data, args.row, args.out, measurements=args.measurements, model_path=args.model_path)
+    written = write_recipes(data, args.row, args.out, measurements=args.measurements, model_path=args.model_path,
+                            source=args.plan)
     if args.json:
         emit_json({"written": [str(p) for p in written]})
     else:

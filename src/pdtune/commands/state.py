@@ -33,9 +33,11 @@ block per request, so Qwen3.8-2.4T at TP=1 needs 184 pages = 759 MiB per request
     blocks per request are cdiv(min(window - 1 + in_flight, max_model_len), block) + 1. gpt-oss-120b at
     32,768 tokens, mnbt 8192: sliding cdiv(127 + 16384, 16) + 1 = 1,033 plus full 2,048 = 3,081 blocks
     (0.25 and older: one batch, cdiv(127 + 8192, 16) + 1 = 521);
-  * the hybrid KV-cache manager is off for chunked local attention (Llama 4) unless
-    --allow-chunked-local-hma (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1), and behind a KV
-    connector without HMA support (--kv-connector-without-hma): sliding/chunked layers then keep every token;
+  * chunked local attention (Llama 4) keeps the hybrid KV-cache manager on where
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 1 (its default from 0.20, 0 in 0.11; set it
+    with --vllm-env): Llama-4-Scout at 32,768 tokens then takes 3 x 1,536 + 2,048 = 6,656 blocks in 4
+    groups; with the variable 0, or behind a KV connector without HMA support
+    (--kv-connector-without-hma), sliding/chunked layers keep every token (2,048 blocks, one group);
   * --speculative-model adds an EAGLE/EAGLE3 head's or a draft model's layers to the cache (Llama-3.1-8B
     + an EAGLE3 head: 33 attention layers); --decode-context-parallel-size N shards full-attention tokens
     over N ranks (0.11-0.20 multiply the logged size by N instead).
@@ -101,7 +103,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                      default=None, help="sliding/chunked layers allocated as full attention")
     hma.add_argument("--enable-hybrid-kv-cache-manager", dest="hybrid_kv_cache_manager", action="store_true")
     p.add_argument("--allow-chunked-local-hma", action="store_true",
-                   help="VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1: keep HMA on for chunked local attention")
+                   help="the same as --vllm-env VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (the default "
+                        "from 0.20; 0 in 0.11)")
+    shared_flag(p, "--vllm-env")
     p.add_argument("--kv-connector-without-hma", action="store_true",
                    help="a KV connector (e.g. for PD transfer) that does not support the hybrid KV-cache manager")
     p.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false", default=None,
@@ -164,7 +168,7 @@ def plan_from_args(args: argparse.Namespace) -> StatePlan:
         speculative_method=args.speculative_method,
         decode_context_parallel_size=args.decode_context_parallel_size,
         hybrid_kv_cache_manager=args.hybrid_kv_cache_manager,
-        allow_chunked_local_hma=args.allow_chunked_local_hma,
+        allow_chunked_local_hma=True if args.allow_chunked_local_hma else None,  # None: --vllm-env, else the default
         kv_connector_without_hma=args.kv_connector_without_hma,
         async_scheduling=args.async_scheduling,
         mamba_block_size=args.mamba_block_size,

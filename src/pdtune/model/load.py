@@ -61,11 +61,22 @@ NOT_MODELLED = {
 }
 
 
-def load_model(name_or_path: str | Path) -> ModelSpec:
+def load_model(name_or_path: str | Path, *, weights: str = "") -> ModelSpec:
+    """A model from its ``config.json`` (a bundled name, a folder or the file).
+
+    ``weights`` is the checkpoint's weight format when it is not what the config says (Kimi-K2's config says
+    bfloat16 and its weights are FP8): a format of :mod:`pdtune.precision` (``fp8``, ``nvfp4``, ...) or
+    ``dense=F,experts=G``; "" keeps the config's.
+    """
     path = resolve_config_path(name_or_path)
     raw = read_config(path)
     name = path.parent.name if path.name == "config.json" else path.stem
-    return spec_from_config(raw, source=str(path), name=name)
+    spec = spec_from_config(raw, source=str(path), name=name)
+    if str(weights).strip():
+        from pdtune.precision import parse_weights_dtype  # precision builds on this package's specs
+
+        spec = parse_weights_dtype(weights, spec, source="weights", field="weights")
+    return spec
 
 
 def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: str = "model") -> ModelSpec:

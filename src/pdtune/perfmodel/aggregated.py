@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
-from pdtune.memory import vllm_default_max_num_batched_tokens
+from pdtune.memory import vllm_batch_defaults, vllm_default_max_num_batched_tokens
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
@@ -65,10 +65,12 @@ from pdtune.topology import Topology
 
 
 def serving_defaults(vllm: str, gpu: GpuSpec) -> tuple[int, int]:
-    """vLLM's ``max_num_batched_tokens`` and ``max_num_seqs`` for ``vllm serve`` on ``gpu``
-    (:func:`pdtune.memory.vllm_default_max_num_batched_tokens`; 1024 sequences on the 70 GiB+ tiers, else 256)."""
+    """vLLM's ``max_num_batched_tokens`` and ``max_num_seqs`` for ``vllm serve`` on ``gpu``: the tokens of
+    :func:`pdtune.memory.vllm_default_max_num_batched_tokens`, the sequences of the same GPU tier
+    (:func:`pdtune.memory.vllm_batch_defaults`, the switches table)."""
     tokens = vllm_default_max_num_batched_tokens(gpu.memory_total, vllm=vllm, device_name=gpu.name)
-    return tokens, 1024 if tokens >= 8192 else 256
+    _, seqs = vllm_batch_defaults(gpu.memory_total, vllm=vllm, device_name=gpu.name)
+    return tokens, seqs
 
 
 @dataclass(frozen=True)
@@ -253,12 +255,14 @@ def _mix(a: AggPlan, b: AggPlan, w: float) -> AggPlan:
     )
 
 
-def agg_plan(engine: Engine, concurrency: int, isl: int, osl: int, clustering: float = 0.0) -> AggPlan:
+def agg_plan(engine: Engine, concurrency: int, isl: int, osl: int, clustering: float = 0.0,
+             room: float | None = None) -> AggPlan:
     """The :class:`AggPlan` of ``concurrency`` clients on ``engine`` (DP ranks share them evenly);
-    ``clustering`` is the efficiency's ``arrival_clustering``."""
+    ``clustering`` is the efficiency's ``arrival_clustering``; ``room`` is :func:`steady_capacity` of the
+    engine when the caller already has it (it depends on the engine and the workload only)."""
     dp = engine.topology.dp
     requests = float(concurrency)
-    room = steady_capacity(engine, isl, osl)
+    room = steady_capacity(engine, isl, osl) if room is None else room
     if requests < dp:
         lo = math.floor(requests)
         if lo == 0:

@@ -38,9 +38,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
+from functools import cache, cached_property
 
-from pdtune import versions
+import pandas as pd
+
 from pdtune.errors import InputError
 from pdtune.guarded import bundled, read_frame
 from pdtune.gpus import GpuSpec
@@ -61,11 +62,25 @@ ACTIVATION_BYTES = 2
 #: The kinds of work of one step, each timed at its own fractions (:meth:`Efficiency.fractions`).
 KINDS = ("dense", "experts", "attention", "recurrent", "lm_head", "mtp_draft")
 
-#: vLLM's ceiling on the largest CUDA-graph capture size when none is set (``VllmConfig._set_cudagraph_sizes``,
-#: vllm/config/vllm.py): ``min(2 x max_num_seqs x decode query length, 512)``; from 0.28 the ceiling is 1024 on
-#: compute-capability-10 GPUs (``is_device_capability_family(100)``: B200, B300, GB200, GB300).
-DEFAULT_MAX_CAPTURE = 512
-SM100_MAX_CAPTURE, SM100_SINCE, SM100_GPUS = 1024, "0.28", ("b200", "b300", "gb200", "gb300")
+#: The GPUs of compute capability 10 (``is_device_capability_family(100)``), whose CUDA-graph capture ceiling is
+#: its own from 0.28 (``value:cudagraph.max_capture_size.ceiling_sm100`` in the switches table).
+SM100_GPUS = ("b200", "b300", "gb200", "gb300")
+
+
+def capture_ceiling(vllm: str, gpu_name: str) -> tuple[int, int]:
+    """vLLM's ceiling on the largest CUDA-graph capture size when none is set, and the sequences multiplier:
+    ``min(multiplier x max_num_seqs x decode query length, ceiling)`` (``VllmConfig._set_cudagraph_sizes``),
+    read from the switches table: 2 and 512, 1024 on compute-capability-10 GPUs from 0.28."""
+    from pdtune import switches
+
+    ceiling = switches.number("value:cudagraph.max_capture_size.ceiling", vllm)
+    sm100 = switches.number("value:cudagraph.max_capture_size.ceiling_sm100", vllm)
+    multiplier = switches.number("value:cudagraph.max_capture_size.seqs_multiplier", vllm)
+    assert isinstance(ceiling, int) and isinstance(multiplier, int)
+    if sm100 is not None and gpu_name in SM100_GPUS:
+        ceiling = int(sm100)
+    return ceiling, multiplier
+
 
 
 @dataclass(frozen=True)
@@ -113,14 +128,20 @@ class Overheads:
         return self.activation_peak + self.non_torch + self.cudagraph_estimate
 
 
+@cache
+def _table3() -> pd.DataFrame:
+    """The article's table 3, read once (the plan builds hundreds of engines)."""
+    with bundled():
+        return read_frame(article_dir() / "table3_memory_per_engine.csv",
+                          ("topology", "mtp", "run", "activation_peak_gib", "non_torch_gib", "cudagraph_estimate_gib"))
+
+
 def engine_overheads(topology: Topology, mtp: bool, config: EngineConfig) -> Overheads:
     """Table 3's row for this layout (largest max-num-seqs), else its largest overhead as a constant."""
     if config.overheads_gib is not None:
         act, non_torch, graphs = config.overheads_gib
         return Overheads(from_gib(act), from_gib(non_torch), from_gib(graphs), "given")
-    with bundled():
-        table = read_frame(article_dir() / "table3_memory_per_engine.csv",
-                           ("topology", "mtp", "run", "activation_peak_gib", "non_torch_gib", "cudagraph_estimate_gib"))
+    table = _table3()
     layouts = {"TP8": (8, 1), "TP4DP4": (4, 4)}  # the article's decode engines (both with +EP experts)
     matching = [
         row
@@ -331,16 +352,15 @@ class Engine:
     @cached_property
     def capture_limit(self) -> int:
         """Tokens of the largest step that runs in a CUDA graph: ``--max-cudagraph-capture-size`` if given, else
-        vLLM's default ``min(2 x max_num_seqs x (1 + MTP tokens), ceiling)`` (:data:`DEFAULT_MAX_CAPTURE`), never
+        vLLM's default ``min(2 x max_num_seqs x (1 + MTP tokens), ceiling)`` (:func:`capture_ceiling`), never
         above ``max_num_batched_tokens`` (``VllmConfig._set_cudagraph_sizes``). A larger step runs eagerly."""
         config = self.config
         if config.max_capture_size is not None:
             return min(config.max_capture_size, config.max_num_batched_tokens)
-        sm100 = self.gpu.name in SM100_GPUS and versions.at_least(config.vllm, SM100_SINCE)
-        ceiling = SM100_MAX_CAPTURE if sm100 else DEFAULT_MAX_CAPTURE
+        ceiling, multiplier = capture_ceiling(config.vllm, self.gpu.name)
         seqs = config.max_num_seqs if config.max_num_seqs is not None else ceiling
         query = 1 + self.mtp_tokens  # a uniform decode step carries every draft token
-        return min(2 * seqs * query, ceiling, config.max_num_batched_tokens)
+        return min(multiplier * seqs * query, ceiling, config.max_num_batched_tokens)
 
     def _fixed_counts(self, index: int, batch: Batch) -> tuple[int, float, float, int]:
         """(layers, expert slots, sequences, eager layers) of stage ``index`` in ``batch``: what the fixed costs

@@ -1,4 +1,4 @@
-"""What to deploy on N GPUs for an SLA: the search over topologies and xPyD, with KV transfer in TTFT.
+"""What to deploy on N GPUs for an SLA: aggregated replicas against every xPyD, with KV transfer in TTFT.
 
 The article's workflow, run before anything is measured:
 
@@ -20,14 +20,23 @@ The article's workflow, run before anything is measured:
    sweeps that cannot reach a frontier are pruned (see :func:`_pareto_points`, :func:`_prune_sweeps`).
 3. **Rate matching within the budget.** :func:`pdtune.frontier.rate_match` combines every prefill sweep with
    every decode sweep as ``x`` prefill and ``y`` decode engines, and only ``x * g_p + y * g_d <= N`` is kept.
+   A measured decode sweep must hold the plan's mean context (``ISL + OSL / 2``; a sweep at ISL 1 and OSL 1024
+   is refused for an 8192/1024 plan: :func:`pdtune.plan.pools.decode_context`).
 4. **KV transfer.** Each row's TTFT gains the time to move one request's state from the prefill layout to the
    decode layout over the link between the pools (:mod:`pdtune.transfer`, the rule ``pdtune predict`` and the
    dataset generator charge too, at the lower of the two pools' ``link`` factors): ``kv_transfer_ms`` and its
    share of TTFT are columns of every row. A row whose KV stream would need more than the busiest GPU's link
    is dropped and counted.
-5. **Frontier and picks.** The upper envelope of the rows (:func:`pdtune.frontier.upper_envelope`) with its
-   provenance, and for each SLA the most tokens/s per GPU that meets it (:func:`pdtune.frontier.sla_pick` on
-   the rows that meet the latency limits). A TPOT p90 limit is checked against each row's ``tpot_ms_p90``:
+5. **The aggregated baseline.** Replicas of one aggregated ``vllm serve`` server of every admissible layout, as
+   many as the budget holds, at each concurrency (:mod:`pdtune.plan.aggregated`), in the same table
+   (``mode`` agg or disagg).
+6. **Evaluation, frontier and picks.** The upper envelope of all rows (:func:`pdtune.frontier.upper_envelope`)
+   with its provenance; every row the plan reports and every SLA check passes through one evaluation step
+   (:mod:`pdtune.plan.evaluate`; today the steady-state model, ``latency_model: steady-state``, p99 >= p90 >=
+   p50). For each SLA the most tokens/s per GPU that meets it, preferring a TTFT within the plan's ceiling
+   (:class:`TtftCeiling`, derived from the workload unless given; a pick above it is a warning), with its
+   runner-up, the best aggregated and the best disaggregated row, and one sentence saying which mode wins by
+   how much (:mod:`pdtune.plan.report`). A TPOT p90 limit is checked against each row's ``tpot_ms_p90``:
    a measured decode sweep's p99 where it has one, else the TPOT times a stated factor (:class:`TpotP90`);
    ``tpot_p90_basis`` says which.
 
@@ -38,16 +47,20 @@ what a benchmark's ``--max-concurrency`` would be set to.
 
 
 from pdtune.plan.files import load_plan
+from pdtune.plan.evaluate import LATENCY_MODEL, Evaluator, evaluate_rows, steady_state
 from pdtune.plan.inputs import (
     DEFAULT_FLOORS,
     GRID,
+    PLAN_FORMAT,
     PLAN_VLLM,
     ROW_COLUMNS,
     PlanSettings,
     Sla,
     TpotP90,
+    TtftCeiling,
     sla_list,
     tpot_p90_rule,
+    ttft_ceiling,
 )
 from pdtune.plan.pools import (
     Candidate,
@@ -57,10 +70,12 @@ from pdtune.plan.pools import (
     pool_factors,
     spans_nvlink_domain,
 )
-from pdtune.plan.search import Pick, Plan, picks_sentence, plan
+from pdtune.plan.report import Pick, ceil_to, comparison_sentence, floor_to, picks_sentence
+from pdtune.plan.search import Plan, plan
 
 __all__ = [
-    "DEFAULT_FLOORS", "GRID", "PLAN_VLLM", "ROW_COLUMNS", "Candidate", "Factors", "Pick", "Plan", "PlanSettings",
-    "Rejected", "Sla", "TpotP90", "candidate_topologies", "load_plan", "picks_sentence", "plan", "pool_factors",
-    "sla_list", "spans_nvlink_domain", "tpot_p90_rule",
+    "DEFAULT_FLOORS", "GRID", "LATENCY_MODEL", "PLAN_FORMAT", "PLAN_VLLM", "ROW_COLUMNS", "Candidate", "Evaluator",
+    "Factors", "Pick", "Plan", "PlanSettings", "Rejected", "Sla", "TpotP90", "TtftCeiling", "candidate_topologies",
+    "ceil_to", "comparison_sentence", "evaluate_rows", "floor_to", "load_plan", "picks_sentence", "plan",
+    "pool_factors", "sla_list", "spans_nvlink_domain", "steady_state", "tpot_p90_rule", "ttft_ceiling",
 ]

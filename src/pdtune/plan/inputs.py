@@ -29,20 +29,28 @@ DEFAULT_FLOORS: tuple[float, ...] = (20.0, 50.0, 100.0, 150.0)
 #: The vLLM line the plan's state accounting and its recipes follow.
 PLAN_VLLM = "0.33.0"
 
+#: The format of a plan file (``pdtune_plan`` in ``pdtune plan --json``); ``pdtune recipe`` reads this one only.
+PLAN_FORMAT = 1
+
 #: Columns of a plan row, in the order a table shows them first.
 ROW_COLUMNS: tuple[str, ...] = (
-    "row", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
-    "kv_transfer_ms", "kv_transfer_share", "tpot_ms_p50", "tpot_ms_p90", "tpot_p90_basis", "tpot_ms_p99",
-    "ttft_ms_p99", "prefill_ttft_ms",
+    "row", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "meets_sla",
+    "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "within_ttft_ceiling", "kv_transfer_ms", "kv_transfer_share",
+    "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "tpot_p90_basis", "latency_model", "prefill_ttft_ms",
+    "topology", "agg_replicas", "server_concurrency",
     "prefill_topology", "decode_topology", "n_prefill_workers", "n_decode_workers", "gpus_prefill",
     "gpus_decode", "prefill_gpu", "decode_gpu", "mtp_tokens", "prefill_concurrency", "decode_concurrency",
-    "decode_room", "total_tps", "output_tps", "bottleneck", "kv_link", "kv_mib_per_request",
+    "decode_room", "total_tps", "output_tps", "bottleneck", "bottleneck_words", "kv_link", "kv_mib_per_request",
     "kv_link_utilization", "prefill_block_tokens", "decode_block_tokens", "block_size_to_set", "network_charged",
     "network_groups", "replicas_in_budget", "on_frontier", "picked_for", "modeled", "prefill_source",
     "decode_source", "source", "curve_concurrencies", "curve_prefill_concurrency_max",
-    "curve_decode_concurrency_max",
+    "curve_decode_concurrency_max", "curve_server_concurrency_max",
 )
 
+#: The default TTFT ceiling: at least this many ms (the limit for a user's flow of thought to stay uninterrupted,
+#: Nielsen, *Usability Engineering*, 1993, ch. 5), and at least this many times the prompt's own prefill time.
+TTFT_CEILING_FLOOR_MS = 1000.0
+TTFT_CEILING_PROMPTS = 4
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -83,6 +91,13 @@ class Sla:
             ok &= rows["ttft_ms_p50"].to_numpy(dtype=float) <= self.max_ttft_ms
         if self.max_tpot_ms_p90 is not None:
             ok &= _tpot_p90_bound(rows) <= self.max_tpot_ms_p90
+        return ok
+
+    def meets(self, rows: pd.DataFrame) -> np.ndarray:
+        """Rows that meet every part of the SLA: the interactivity floor and the latency limits."""
+        ok = self.meets_latency(rows)
+        if self.min_tps_per_user is not None:
+            ok &= rows["tps_per_user"].to_numpy(dtype=float) >= self.min_tps_per_user
         return ok
 
     def shortfall(self, rows: pd.DataFrame) -> np.ndarray:
@@ -147,6 +162,40 @@ def tpot_p90_rule(factor: float | None = None) -> TpotP90:
 
 
 @dataclass(frozen=True)
+class TtftCeiling:
+    """The TTFT a pick should stay under when the SLA sets no TTFT limit, and where it comes from.
+
+    By default it is derived from the workload: :data:`TTFT_CEILING_PROMPTS` times the TTFT of one request of
+    the plan's ISL alone on the fastest engine the plan has (the prompt's own prefill, no queue: a request
+    may wait behind three prompts of its size), and never below :data:`TTFT_CEILING_FLOOR_MS`. A pick meeting
+    the SLA within it is preferred to a faster one above it; when no row meeting the SLA is within it, the
+    best one is picked and the plan prints a warning line.
+    """
+
+    ms: float
+    source: str
+    given: bool  # --ttft-ceiling-ms (True) or the workload's default (False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ttft_ceiling(s: PlanSettings, unloaded_ttft_ms: float) -> TtftCeiling:
+    """The plan's TTFT ceiling: ``--ttft-ceiling-ms`` when given, else the workload's (see :class:`TtftCeiling`)."""
+    if s.ttft_ceiling_ms is not None:
+        return TtftCeiling(float(s.ttft_ceiling_ms), "--ttft-ceiling-ms", True)
+    if not math.isfinite(unloaded_ttft_ms):
+        return TtftCeiling(TTFT_CEILING_FLOOR_MS, f"{TTFT_CEILING_FLOOR_MS:,.0f} ms, the floor of the rule "
+                                                  "(no unloaded prefill time known)", False)
+    derived = TTFT_CEILING_PROMPTS * unloaded_ttft_ms
+    ms = max(TTFT_CEILING_FLOOR_MS, derived)
+    how = (f"default from the workload: {TTFT_CEILING_PROMPTS}x the {s.isl:,}-token prompt's own TTFT alone on "
+           f"the fastest engine ({unloaded_ttft_ms:,.0f} ms, modeled or measured as its sweep), at least "
+           f"{TTFT_CEILING_FLOOR_MS:,.0f} ms (a user's flow of thought, Nielsen 1993)")
+    return TtftCeiling(ms, how, False)
+
+
+@dataclass(frozen=True)
 class PlanSettings:
     """The question: a model, the GPUs of each pool, a budget, a workload, and the engine settings assumed."""
 
@@ -172,6 +221,13 @@ class PlanSettings:
     num_speculative_tokens: int = 0  # the draft's tokens (MTP candidates use ``mtp_tokens``)
     decode_context_parallel_size: int = 1  # decode engines only
     tpot_p90_factor: float | None = None  # None: the measured p99/p50 ratio (:func:`tpot_p90_rule`)
+    # vLLM environment variables the engines set (``--vllm-env``): the search plans with them, the recipes
+    # write them into every worker's environment
+    vllm_env: tuple[tuple[str, str], ...] = ()
+    aggregated: bool = True  # also plan replicas of aggregated servers (pdtune.plan.aggregated)
+    ttft_ceiling_ms: float | None = None  # None: the workload's default (:func:`ttft_ceiling`)
+    latency_model: str = "steady-state"  # what evaluates the reported rows: "steady-state" or "simulated"
+    weights: str = ""  # the checkpoint's weight format when its config says another (pdtune.precision); "": the config's
 
     def __post_init__(self) -> None:
         if isinstance(self.calibration, str):
@@ -197,6 +253,14 @@ class PlanSettings:
                              "counts the draft tokens of --speculative-model; for MTP use --mtp K")
         if self.decode_context_parallel_size < 1:
             raise InputError("--decode-context-parallel-size", "decode_context_parallel_size", "must be >= 1")
+        if self.ttft_ceiling_ms is not None and (isinstance(self.ttft_ceiling_ms, bool)
+                                                 or not math.isfinite(self.ttft_ceiling_ms)
+                                                 or self.ttft_ceiling_ms <= 0):
+            raise InputError("--ttft-ceiling-ms", "ttft_ceiling_ms",
+                             f"must be a positive number of ms, got {self.ttft_ceiling_ms!r}")
+        if self.latency_model not in ("steady-state", "simulated"):
+            raise InputError("--latency-model", "latency_model",
+                             f"must be steady-state or simulated, got {self.latency_model!r}")
         if self.tpot_p90_factor is not None and not (math.isfinite(self.tpot_p90_factor)
                                                      and self.tpot_p90_factor >= 1):
             raise InputError("--tpot-p90-factor", "tpot_p90_factor",
@@ -238,6 +302,7 @@ class PlanSettings:
         out["decode_gpu"] = self.decode_gpu_name
         out["grid"] = list(self.grid)
         out["calibration"] = list(self.calibration)
+        out["vllm_env"] = dict(self.vllm_env)
         return out
 
 

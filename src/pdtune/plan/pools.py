@@ -206,6 +206,8 @@ def _measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: st
         if len(isl) and int(isl.iloc[0]) != s.isl:
             raise InputError(df["path"].iloc[0], "isl",
                              f"the prefill sweep ran ISL {int(isl.iloc[0])}, the plan is for ISL {s.isl}")
+    else:
+        _check_decode_context(df, s)
     df = canonical_topologies(df)
     df["mtp_tokens"] = pd.to_numeric(df["mtp_tokens"], errors="coerce").fillna(0)
     config = s.engine_config(role)
@@ -245,6 +247,41 @@ def _measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: st
     if not pool.candidates:
         raise InputError(paths[0], where, "no isolated sweep in these results fits the plan")
     return pool
+
+
+#: How far a decode sweep's mean context may be from the plan's (relative) and still be read as the plan's.
+CONTEXT_TOLERANCE = 0.05
+
+
+def decode_context(isl: float, osl: float) -> float:
+    """The mean context a decoding request holds over its life: ``ISL + OSL / 2`` tokens (it grows by one token
+    per step from ISL to ISL + OSL). A decode step's attention reads every running request's context, so a
+    decode sweep measures the plan's TPOT only at the plan's mean context."""
+    return isl + osl / 2
+
+
+def matching_decode_osl(isl: int, osl: int) -> int:
+    """The OSL of a decode-only sweep at ISL 1 whose requests hold the plan's mean context: ``2 ISL + OSL``
+    (their context grows from 1 to ``2 ISL + OSL + 1``, so its mean is ``ISL + OSL / 2 + 1``)."""
+    return 2 * isl + osl
+
+
+def _check_decode_context(df: pd.DataFrame, s: PlanSettings) -> None:
+    """A decode sweep whose requests hold another mean context than the plan's is refused: TPOT grows with the
+    context every step reads, and nothing here corrects for it (``tests/test_plan.py`` shows by how much)."""
+    want = decode_context(s.isl, s.osl)
+    for path, group in df.groupby("path", sort=True, dropna=False):
+        isl, osl = group["isl"].dropna(), group["osl"].dropna()
+        if not len(isl) or not len(osl):
+            raise InputError(path, "isl", "--decode-results: the sweep does not say its ISL/OSL, so its context "
+                                          "cannot be checked against the plan's")
+        got = decode_context(float(isl.iloc[0]), float(osl.iloc[0]))
+        if abs(got - want) > CONTEXT_TOLERANCE * want:
+            raise InputError(path, "isl", f"--decode-results: the sweep's requests hold {got:,.0f} tokens of "
+                                          f"context on average (ISL/OSL {int(isl.iloc[0])}/{int(osl.iloc[0])}), the "
+                                          f"plan's {want:,.0f} ({s.isl} + {s.osl}/2); measure decode at ISL 1, OSL "
+                                          f"{matching_decode_osl(s.isl, s.osl)} (pdtune recipe writes it) or at the "
+                                          f"plan's ISL/OSL")
 
 
 def _files(paths: list[str]) -> str:

@@ -11,11 +11,33 @@ import numpy as np
 import pandas as pd
 
 from pdtune.errors import InputError
-from pdtune.frontier import rate_match, sla_pick, upper_envelope
+from pdtune.frontier import rate_match
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import ModelSpec, load_model
+from pdtune.precision import parse_weights_dtype
 from pdtune.perfmodel import build_engine
-from pdtune.plan.inputs import DEFAULT_FLOORS, PlanSettings, ROW_COLUMNS, Sla, TpotP90, tpot_p90_rule
+from pdtune.plan.aggregated import aggregated_pool
+from pdtune.plan.evaluate import (
+    LATENCY_MODEL,
+    LATENCY_NOTE,
+    SIMULATED,
+    SIMULATED_NOTE,
+    Evaluator,
+    evaluate_rows,
+    simulated,
+    steady_state,
+)
+from pdtune.plan.inputs import (
+    DEFAULT_FLOORS,
+    PLAN_FORMAT,
+    PlanSettings,
+    Sla,
+    TpotP90,
+    TtftCeiling,
+    tpot_p90_rule,
+    ttft_ceiling,
+)
+from pdtune.plan.report import Pick, ceil_to, comparison_sentence, report_table
 from pdtune.plan.pools import (
     Candidate,
     Factors,
@@ -36,22 +58,6 @@ from pdtune.units import MiB
 # ------------------------------------------------------------------------------------------ the plan
 
 
-@dataclass(frozen=True)
-class Pick:
-    """The best row for one SLA, or how close the rows get."""
-
-    sla: Sla
-    met: bool
-    row: int | None  # row number in :attr:`Plan.table` (None when nothing meets it)
-    closest_row: int | None  # when not met: the row with the smallest shortfall
-    shortfall: float | None  # relative miss of the closest row (0.1 = 10 % short)
-    candidates: int  # rows meeting the SLA
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sla": self.sla.to_dict(), "describe": self.sla.describe(), "met": self.met, "row": self.row,
-                "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates}
-
-
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A finished search: candidates, every feasible rate-matched row, the frontier, the picks."""
@@ -70,6 +76,9 @@ class Plan:
     transfers: dict[str, dict[str, Any]]  # per prefill -> decode layout pair and link: the transfer
     factors: dict[str, Factors] = field(default_factory=dict)  # per pool: the model's factors and their source
     tpot_p90: TpotP90 | None = None  # how modeled rows' TPOT p90 is obtained
+    ceiling: TtftCeiling | None = None  # the TTFT a pick should stay under, and where it comes from
+    latency_model: str = LATENCY_MODEL  # what the reported rows' latencies come from
+    model_id: str | None = None  # the model's Hub id (config _name_or_path, or the bundled model's)
 
     @property
     def frontier(self) -> pd.DataFrame:
@@ -96,7 +105,8 @@ class Plan:
         return {"throughput": _plain_row(top), "latency": _plain_row(fast)}
 
     def search_summary(self) -> pd.DataFrame:
-        """Per role: layouts tried, kept as candidates, rejected (heads, experts, memory, budget) and pruned."""
+        """Per role (prefill, decode, aggregated): layouts kept as candidates, rejected (heads, experts, memory,
+        budget) and pruned."""
         rows = []
         for role in ("prefill", "decode"):
             rows.append({
@@ -108,13 +118,25 @@ class Plan:
                 "network_charged": sum(1 for c in self.candidates if c.role == role and c.network_charged),
                 "source": ", ".join(sorted({c.source.split(":")[0] for c in self.candidates if c.role == role})),
             })
+        if self.settings.aggregated:
+            agg = self.rows[self.rows["mode"] == "agg"]
+            rows.append({
+                "role": "aggregated",
+                "gpu": ", ".join(sorted(set(agg["prefill_gpu"].astype(str)))),
+                "candidates": self.counts.get("aggregated_candidates", 0),
+                "rejected": sum(1 for r in self.rejected if r.role == "aggregated"),
+                "pruned": 0,
+                "network_charged": int(agg.groupby("deployment")["network_charged"].first().sum()) if len(agg) else 0,
+                "source": "modeled",
+            })
         return pd.DataFrame(rows)
 
     def transfer_frame(self) -> pd.DataFrame:
-        """One row per prefill -> decode layout pair and link of the table: bytes, link, time, share of TTFT."""
+        """One row per prefill -> decode layout pair and link of the table's disaggregated rows: bytes, link,
+        time, share of TTFT."""
         cols = ["prefill_topology", "decode_topology", "mtp_tokens", "kv_link", "kv_mib_per_request",
                 "kv_transfer_ms", "prefill_block_tokens", "decode_block_tokens", "block_size_to_set"]
-        frame = self.table[cols + ["kv_transfer_share"]]
+        frame = self.table.loc[self.table["mode"] == "disagg", cols + ["kv_transfer_share"]]
         return (frame.groupby(cols, dropna=False, sort=False)["kv_transfer_share"]
                 .agg(["min", "max"]).rename(columns={"min": "share_of_ttft_min", "max": "share_of_ttft_max"})
                 .reset_index())
@@ -144,19 +166,57 @@ class Plan:
                         "not in the predicted TPOT, and MTP decode candidates are off while a draft is given"),
         }
 
+    def warnings(self) -> list[str]:
+        """One line per pick whose TTFT is above the plan's TTFT ceiling (nothing meeting its SLA is below)."""
+        out = []
+        c = self.ceiling
+        for pick in self.picks:
+            if pick.met and pick.above_ceiling and c is not None and pick.row is not None:
+                r = self.row(pick.row)
+                out.append(f"warning: the pick for {pick.sla.describe()} (row {pick.row}, {r['deployment']}) has a "
+                           f"TTFT of {ceil_to(r['ttft_ms_p50']):,.0f} ms, above the TTFT ceiling of {c.ms:,.0f} ms "
+                           f"({c.source}); no row meeting the SLA is below it")
+        return out
+
+    def comparison(self, pick: Pick) -> dict[str, Any]:
+        """Aggregated against disaggregated for one SLA: the best row of each, which wins, by how much."""
+        agg = self.row(pick.best_agg) if pick.best_agg is not None else None
+        dis = self.row(pick.best_disagg) if pick.best_disagg is not None else None
+        winner, ratio = None, None
+        if agg is not None and dis is not None:
+            ceiling = self.ceiling.ms if self.ceiling is not None else math.inf
+            a_in, d_in = agg["ttft_ms_p50"] <= ceiling, dis["ttft_ms_p50"] <= ceiling
+            if a_in != d_in:  # as the sentence says it: the mode within the ceiling wins
+                winner = "agg" if a_in else "disagg"
+            else:
+                winner = "agg" if agg["tps_per_gpu"] > dis["tps_per_gpu"] else "disagg"
+            w, o = (agg, dis) if winner == "agg" else (dis, agg)
+            ratio = w["tps_per_gpu"] / o["tps_per_gpu"] if o["tps_per_gpu"] > 0 else None
+        elif agg is not None or dis is not None:
+            winner = "agg" if agg is not None else "disagg"
+        return {"sla": pick.sla.describe(), "agg_row": pick.best_agg, "disagg_row": pick.best_disagg,
+                "winner": winner, "ratio": ratio, "sentence": comparison_sentence(self, pick)}
+
     def to_dict(self) -> dict[str, Any]:
         extras = self.state_extras()
         settings = self.settings.to_dict()
         if extras is not None and extras["speculative_method"]:
             settings["speculative_method"] = extras["speculative_method"]  # what the recipes write
         return {
+            "pdtune_plan": PLAN_FORMAT,
             "generator": "pdtune plan",
             "modeled": self.modeled,
+            "latency_model": self.latency_model,
+            "latency_note": {LATENCY_MODEL: LATENCY_NOTE, SIMULATED: SIMULATED_NOTE}.get(self.latency_model, ""),
+            "ttft_ceiling": self.ceiling.to_dict() if self.ceiling is not None else None,
+            "warnings": self.warnings(),
+            "comparisons": [self.comparison(p) for p in self.picks],
             "modeled_note": ("rows built on modeled sweeps are predictions of pdtune.perfmodel (a roofline "
                              "model), not measurements") if self.modeled else "",
             "settings": settings,
             "model": {"name": self.spec.name, "source": self.spec.source, "precision": self.spec.weights.name,
-                      "hybrid": self.spec.is_hybrid, "num_mtp_layers": self.spec.num_mtp_layers},
+                      "hybrid": self.spec.is_hybrid, "num_mtp_layers": self.spec.num_mtp_layers,
+                      "hub_id": self.model_id},
             "gpus": {"prefill": self.prefill_gpu.to_dict(), "decode": self.decode_gpu.to_dict()},
             "factors": {role: f.to_dict() for role, f in self.factors.items()},
             "tpot_p90": self.tpot_p90.to_dict() if self.tpot_p90 is not None else None,
@@ -193,14 +253,18 @@ def plan(
     prefill_results: Sequence[str] | None = None,
     decode_results: Sequence[str] | None = None,
     require_sla: bool = False,
+    evaluator: Evaluator | None = None,
 ) -> Plan:
     """Search ``settings``'s space and pick for each SLA (``DEFAULT_FLOORS`` when none is given).
 
     ``require_sla``: an SLA nothing meets is bad input (the CLI's behaviour when the user names one), with the
-    closest row in the message; otherwise it is a pick with ``met=False``.
+    closest row in the message; otherwise it is a pick with ``met=False``. ``evaluator`` re-evaluates the rows
+    the plan reports (:mod:`pdtune.plan.evaluate`; default: the steady-state model).
     """
     s = settings
     spec = load_model(s.model)
+    if s.weights:
+        spec = parse_weights_dtype(s.weights, spec)
     prefill_gpu = load_gpu(s.gpu)
     decode_gpu = load_gpu(s.decode_gpu_name)
     for g in {prefill_gpu.name, decode_gpu.name}:
@@ -213,6 +277,7 @@ def plan(
         pools[role] = (_measured_pool(given, spec, gpu, role, s) if given
                        else _modeled_pool(spec, gpu, role, s, factors[role].efficiency))
     ttft_limited = any(sla.max_ttft_ms is not None for sla in slas)
+    unloaded = _unloaded_ttft(pools["prefill"])  # before pruning: the fastest prompt alone
     _prune_sweeps(pools["prefill"], "prefill", s.osl)
     if not ttft_limited:
         # Decode pruning can drop a slower sweep whose lower rate would let a lighter prefill point meet a TTFT
@@ -220,24 +285,70 @@ def plan(
         _prune_sweeps(pools["decode"], "decode", s.osl)
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
     rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    agg_rejected: list[Rejected] = []
+    agg_layouts = agg_dropped = 0
+    if s.aggregated:
+        kinds = [("prefill", prefill_gpu)] + ([("decode", decode_gpu)] if s.mixed else [])
+        parts = [rows]
+        for role, gpu in kinds:
+            pool = aggregated_pool(spec, gpu, s, factors[role].efficiency)
+            parts += pool.rows
+            agg_rejected += pool.rejected
+            agg_layouts += len(pool.layouts)
+            agg_dropped += pool.dropped_above_room
+            unloaded = min(unloaded, pool.unloaded_ttft_ms)
+        rows = pd.concat(parts, ignore_index=True)
+    rows["mode"] = rows["mode"].astype(str)
+    for col in _COUNT_COLUMNS:  # whole numbers, absent (NA) where a mode has none
+        if col in rows.columns:
+            rows[col] = rows[col].astype("Int64")
+    rows = evaluate_rows(rows, p90)  # the search's own ranking: steady state
+    ceiling = ttft_ceiling(s, unloaded)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
-    table, picks = _picks(rows, floors, require_sla=require_sla and bool(slas))
+    if evaluator is None:
+        evaluator = (simulated(spec, {"prefill": prefill_gpu, "decode": decode_gpu}, s, factors, p90)
+                     if s.latency_model == "simulated" else steady_state(p90))
+    table, picks = report_table(rows, floors, evaluator, ceiling, require_sla=require_sla and bool(slas))
     counts.update({
         "prefill_candidates": len(pools["prefill"].candidates),
         "decode_candidates": len(pools["decode"].candidates),
+        "aggregated_candidates": agg_layouts,
         "rejected": len(pools["prefill"].rejected) + len(pools["decode"].rejected),
+        "aggregated_rejected": len(agg_rejected),
+        "aggregated_points_above_kv_room": agg_dropped,
         "pruned": len(pools["prefill"].pruned) + len(pools["decode"].pruned),
         "decode_points_above_kv_room": pools["decode"].dropped_above_room,
         "feasible_rows": len(rows),
+        "aggregated_rows": int((rows["mode"] == "agg").sum()),
         "frontier_rows": int(table["on_frontier"].sum()),
         "rows_network_charged": int(rows["network_charged"].sum()),
         "frontier_rows_network_charged": int(table.loc[table["on_frontier"], "network_charged"].sum()),
     })
     return Plan(s, spec, prefill_gpu, decode_gpu,
                 tuple(pools["prefill"].candidates + pools["decode"].candidates),
-                tuple(pools["prefill"].rejected + pools["decode"].rejected),
+                tuple(pools["prefill"].rejected + pools["decode"].rejected + agg_rejected),
                 tuple(pools["prefill"].pruned + pools["decode"].pruned), rows, table, tuple(picks), counts,
-                transfers, factors, p90)
+                transfers, factors, p90, ceiling, evaluator.name, _model_id(spec))
+
+
+#: Counts one serving mode has and the other has not: nullable integers in the rows.
+_COUNT_COLUMNS = ("n_prefill_workers", "n_decode_workers", "gpus_prefill", "gpus_decode", "prefill_concurrency",
+                  "decode_concurrency", "prefill_block_tokens", "decode_block_tokens", "agg_replicas",
+                  "server_concurrency")
+
+
+def _unloaded_ttft(pool: _Pool) -> float:
+    """The TTFT of one request alone on the fastest prefill candidate (its sweep's lowest TTFT), in ms."""
+    values = [float(f["ttft_ms_p50"].min()) for f in pool.sweeps if len(f)]
+    return min(values) if values else math.inf
+
+
+def _model_id(spec: ModelSpec) -> str | None:
+    """The Hub id ``vllm serve`` loads: the config's ``_name_or_path``, else the bundled model's
+    (``data/models/hub-ids.csv``); None when neither names one."""
+    from pdtune.model.hub import hub_id
+
+    return hub_id(spec)
 
 
 def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
@@ -399,25 +510,24 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
     d_ranks = matched["n_decode_workers"].to_numpy() * col["d_dp"]
     utilization = np.maximum(rate / p_ranks * col["send"], rate / d_ranks * col["recv"]) / col["bandwidth"]
     total_ttft = ttft + col["ms"]
-    # TPOT p90: a measured decode sweep's own p99 (>= p90) where it has one, else TPOT x the stated factor.
+    # The sweeps' own tails where they were measured (the evaluation step turns them into p90/p99).
+    dsource = col["dsource"].astype(str)
     p99 = matched["tpot_ms_p99"].to_numpy(dtype=float)
-    measured_p99 = np.char.startswith(col["dsource"].astype(str), "measured") & np.isfinite(p99)
-    tpot_p90 = np.where(measured_p99, p99, tpot * ctx.tpot_p90.factor)
-    scaled = f"TPOT x {ctx.tpot_p90.factor:.2f}"
-    decode_modeled = np.char.startswith(col["dsource"].astype(str), "modeled")
-    p90_basis = np.where(measured_p99, "measured p99 TPOT of the decode sweep (bounds the p90)",
-                         np.where(decode_modeled, f"modeled {scaled}", f"measured median {scaled}"))
+    measured_tpot_p99 = np.where(np.char.startswith(dsource, "measured") & np.isfinite(p99), p99, np.nan)
+    ttft99 = matched["ttft_ms_p99"].to_numpy(dtype=float)
+    measured_ttft_p99 = np.where(np.char.startswith(col["psource"].astype(str), "measured") & np.isfinite(ttft99),
+                                 np.maximum(ttft99, ttft) + col["ms"], np.nan)
     block = pd.array(col["to_set"].astype(np.int64), dtype="Int64")
     block[col["to_set"] == 0] = pd.NA
     out = matched.assign(
         deployment=matched["deployment"].astype(str),
         prefill_ttft_ms=ttft,
+        mode="disagg",
         ttft_ms_p50=total_ttft,
-        ttft_ms_p99=matched["ttft_ms_p99"].to_numpy(dtype=float) + col["ms"],
+        measured_ttft_ms_p99=measured_ttft_p99,
+        measured_tpot_ms_p99=measured_tpot_p99,
         kv_transfer_ms=col["ms"],
         kv_transfer_share=col["ms"] / total_ttft,
-        tpot_ms_p90=tpot_p90,
-        tpot_p90_basis=p90_basis,
         kv_link=keys["scope"].to_numpy(),
         kv_mib_per_request=col["mib"],
         kv_link_utilization=utilization,
@@ -457,97 +567,3 @@ def _room_with_block(ctx: _Context, topo: Topology, k: int, room: int, block: in
     own = plan_state(ctx.spec, **common).bytes_per_request
     forced = plan_state(ctx.spec, block_size=block, **common).bytes_per_request
     return float(math.floor(room * own / forced))
-
-
-def _picks(rows: pd.DataFrame, slas: Sequence[Sla], *, require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
-    """The frontier (numbered rows) plus a row per SLA pick; the picks."""
-    front = upper_envelope(rows)
-    chosen: list[tuple[Sla, Any, int]] = []  # (sla, index label in rows or None, candidates)
-    for sla in slas:
-        latency_ok = sla.meets_latency(rows)
-        pool = rows[latency_ok] if not latency_ok.all() else rows
-        env = upper_envelope(pool) if pool is not rows else front
-        meets = latency_ok & (rows["tps_per_user"].to_numpy(dtype=float) >= (sla.min_tps_per_user or 0.0))
-        if len(env):
-            pick = sla_pick(env, min_tps_per_user=sla.min_tps_per_user or 0.0)
-        if not len(env) or not pick.met:
-            chosen.append((sla, None, int(meets.sum())))
-            continue
-        hit = env[(env["deployment"] == pick.deployment) & (env["tps_per_user"] == pick.tps_per_user)
-                  & (env["tps_per_gpu"] == pick.tps_per_gpu)]
-        chosen.append((sla, hit.index[0], int(meets.sum())))
-    labels = list(front.index) + [i for _, i, _ in chosen if i is not None and i not in set(front.index)]
-    closest_of: dict[int, tuple[Any, float]] = {}
-    for n_sla, (sla, label, _) in enumerate(chosen):
-        if label is None:
-            miss = sla.shortfall(rows)
-            order = np.lexsort((-rows["tps_per_gpu"].to_numpy(dtype=float), miss))
-            best = rows.index[order[0]]
-            closest_of[n_sla] = (best, float(miss[order[0]]))
-            if best not in labels:
-                labels.append(best)
-    table = rows.loc[labels].copy()
-    table["on_frontier"] = [lab in set(front.index) for lab in labels]
-    table = table.sort_values(["tps_per_user", "tps_per_gpu"], kind="stable")
-    row_of = {lab: k for k, lab in enumerate(table.index)}
-    table.insert(0, "row", np.arange(len(table)))
-    picked: dict[Any, list[str]] = {}
-    picks = []
-    for n_sla, (sla, label, candidates) in enumerate(chosen):
-        if label is not None:
-            picked.setdefault(label, []).append(sla.describe())
-            picks.append(Pick(sla, True, row_of[label], None, None, candidates))
-            continue
-        best, miss = closest_of[n_sla]
-        if require_sla:
-            r = rows.loc[best]
-            p90 = (f" (p90 {r['tpot_ms_p90']:.1f} ms: {r['tpot_p90_basis']})"
-                   if sla.max_tpot_ms_p90 is not None else "")
-            raise InputError("SLA", sla.describe(),
-                             f"no deployment within the budget meets it; the closest is {r['deployment']} at "
-                             f"concurrency {int(r['concurrency'])}: {r['tps_per_user']:.1f} tokens/s per user, "
-                             f"TTFT {r['ttft_ms_p50']:,.0f} ms, TPOT {r['tpot_ms_p50']:.1f} ms{p90}, "
-                             f"{r['tps_per_gpu']:,.0f} tokens/s per GPU ({miss:.0%} short)")
-        picks.append(Pick(sla, False, None, row_of[best], miss, candidates))
-    table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
-    table["curve_concurrencies"] = _curves(rows, table)
-    heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[
-        ["prefill_concurrency", "decode_concurrency"]].max()
-    table["curve_prefill_concurrency_max"] = table["deployment"].map(heaviest["prefill_concurrency"]).astype(int)
-    table["curve_decode_concurrency_max"] = table["deployment"].map(heaviest["decode_concurrency"]).astype(int)
-    table = table.reset_index(drop=True)
-    return table[[c for c in ROW_COLUMNS if c in table.columns]], picks
-
-
-def _curves(rows: pd.DataFrame, table: pd.DataFrame, points: int = 8) -> list[list[int]]:
-    """Per table row, concurrencies spanning its deployment's predicted curve (at most ``points``, spread
-    evenly in log scale, its own concurrency included): what the deployment's benchmark sweeps."""
-    wanted = set(table["deployment"])
-    mine = rows[rows["deployment"].isin(wanted)]
-    curve = {dep: np.unique(group["concurrency"].to_numpy()) for dep, group in mine.groupby("deployment")}
-    out = []
-    for dep, own in zip(table["deployment"], table["concurrency"], strict=True):
-        values = curve[dep]
-        if values.size > points:
-            targets = np.geomspace(values[0], values[-1], points)
-            values = np.unique(values[np.abs(np.log(values[None, :]) - np.log(targets[:, None])).argmin(axis=1)])
-        out.append(sorted({int(v) for v in values} | {int(own)}))
-    return out
-
-
-def picks_sentence(p: Plan, pick: Pick) -> str:
-    """One pick in words."""
-    if not pick.met:
-        assert pick.closest_row is not None
-        r = p.row(pick.closest_row)
-        return (f"{pick.sla.describe()}: nothing meets it within {p.settings.max_gpus} GPUs; the closest is row "
-                f"{pick.closest_row}, {r['deployment']} ({r['tps_per_user']:.1f} tokens/s per user, TTFT "
-                f"{r['ttft_ms_p50']:,.0f} ms)")
-    assert pick.row is not None
-    r = p.row(pick.row)
-    p90 = (f", TPOT p90 {r['tpot_ms_p90']:.1f} ms ({r['tpot_p90_basis']})" if pick.sla.max_tpot_ms_p90 is not None
-           else "")
-    return (f"{pick.sla.describe()}: row {pick.row}, {r['deployment']} on {r['gpus_total']} GPUs at concurrency "
-            f"{r['concurrency']}: {r['tps_per_gpu']:,.0f} tokens/s per GPU, {r['tps_per_user']:.1f} tokens/s per "
-            f"user, TTFT {r['ttft_ms_p50']:,.0f} ms ({r['kv_transfer_share']:.1%} of it KV transfer){p90}")
-

@@ -183,6 +183,14 @@ def _in_live_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def code_spans(text: str) -> str:
+    """``text`` as HTML, its ```code``` spans as ``<code>`` (a backtick must never reach the page as text)."""
+    parts = html.escape(text).split("`")
+    if len(parts) % 2 == 0:  # an odd backtick: no code span to close, keep the text as it is
+        return html.escape(text).replace("`", "&#96;")
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+
+
 def live_note(name: str) -> str:
     """The sentence the static page shows where a live explorer would be."""
     return (
@@ -208,7 +216,7 @@ def live_explorer(function: Callable[..., Any], /, *, name: str, **controls: Any
         note = live_note(name)
         display(
             {
-                "text/html": f'<p class="{LIVE_NOTE_CLASS}">{html.escape(note)}</p>',
+                "text/html": f'<p class="{LIVE_NOTE_CLASS}">{code_spans(note)}</p>',
                 "text/plain": note,
             },
             raw=True,

@@ -12,7 +12,8 @@ a sliding-window group ``cdiv(min(W - 1 + in_flight, max_model_len), block) + 1`
 recurrent group ``1 + spec`` blocks (``2 + spec + checkpoint`` with prefix caching).
 
 The rules changed over vLLM releases, so every function here takes the semantics of one line
-(:class:`Semantics`, see :mod:`pdtune.state.semantics` for every boundary), selected by ``--vllm VERSION``.
+(:class:`Semantics`, each flag read from its row of the switches table ``data/vllm/switches.csv``, which
+``scripts/vllm_switches.py`` generated from the published wheels), selected by ``--vllm VERSION``.
 The lines that change the article's hybrid arithmetic:
 
 - **0.11** — the article's arithmetic (``16 * cdiv(mamba_page, 16 * attn_page_1_token)``, one recurrent
@@ -23,7 +24,7 @@ The lines that change the article's hybrid arithmetic:
   SSM state in float32; ``requested`` memory is rounded up; the CUDA-graph estimate is subtracted.
 - **0.21** — "KV cache size" becomes ``int(max_concurrency * max_model_len)``.
 - **0.27** — MLA hybrids round the attention block to 128 tokens.
-- **0.28** — ``all`` mode is gone: prefix caching always means ``align``.
+- **0.28** — prefix caching defaults every model to ``align`` (an explicit ``all`` stays a choice to 0.31).
 - **0.32** — Mamba2 layers keep one more block in ``align`` mode (a prefill checkpoint).
 - **0.33** (current) — GDN layers on FlashInfer's prefill kernel do too, and in ``align`` mode the
   attention block is aligned to their 64-token checkpoint grid.

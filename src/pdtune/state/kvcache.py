@@ -83,6 +83,9 @@ class StatePlan:
     hybrid_kv_cache_manager: bool = True
     speculation: Speculation | None = None
     async_scheduling: bool = True
+    #: every layer's spec before grouping (``pdtune.state.layers.Slot``: target layers, then the draft's), as
+    #: ``get_kv_cache_groups`` receives them; scripts/golden_plans.py hands them to vLLM's own planner
+    layer_specs: tuple[object, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def group_size(self) -> int:

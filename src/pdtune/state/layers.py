@@ -9,7 +9,7 @@ the same on every rank. Recurrent states (``layers/mamba/mamba_utils.py``, ``Mam
 - Mamba2 ``mamba2_state_shape``: conv ``(k - 1 + spec, (I + 2 G' N) / tp)``, SSM ``(H / tp, P, N)``, with
   ``G' = G`` or ``tp`` when the groups do not divide (``extra_groups_for_head_shards``)
 - Mamba1 ``mamba1_state_shape``: conv ``(k - 1, I / tp)``, SSM ``(I / tp, N)`` (no speculative rows)
-- KDA ``kda_state_shape``: conv ``(k - 1 + spec, 3 H D / tp)``, recurrent ``(H / tp, D, D)`` in float32
+- KDA ``kda_state_shape``: conv ``(k - 1 + spec, 3 H D / tp)`` (speculative rows where the line has them), recurrent ``(H / tp, D, D)`` in float32
 - short conv ``short_conv_state_shape``: conv ``(L - 1 + spec, conv_dim / tp)``
 
 Conv states are in ``mamba_cache_dtype`` (auto: the model dtype), SSM states in ``mamba_ssm_cache_dtype``
@@ -148,10 +148,11 @@ def recurrent_page(spec: ModelSpec, kind: LayerKind, sem: Semantics, tp: int, nu
             recurrent = ssm
         proj = k.num_heads * k.head_dim // tp
         state = (k.num_heads // tp, k.head_dim, k.head_dim)
-        if sem.kda_fused_spec_rows:
-            shapes = ((k.conv_kernel - 1 + num_spec, 3 * proj), state)
+        if sem.kda_fused_conv:  # one q|k|v conv state; its speculative rows only where the line keeps them
+            rows = num_spec if sem.kda_conv_spec_rows else 0
+            shapes = ((k.conv_kernel - 1 + rows, 3 * proj), state)
             dtypes, conv_states = (conv, recurrent), 1
-        else:  # 0.20-0.22: separate q, k, v conv states without speculative rows
+        else:  # separate q, k, v conv states without speculative rows
             shapes = ((k.conv_kernel - 1, proj),) * 3 + (state,)
             dtypes, conv_states = (conv, conv, conv, recurrent), 3
     elif kind is LayerKind.SHORT_CONV:

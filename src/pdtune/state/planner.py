@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from pdtune import limits, versions
+from pdtune import limits, switches, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import CacheLayer, LayerKind, ModelSpec
 from pdtune.state.dtypes import KVDtype, kv_dtype
@@ -81,7 +81,7 @@ def plan_state(
     speculative_method: str | None = None,
     decode_context_parallel_size: int = 1,
     hybrid_kv_cache_manager: bool | None = None,
-    allow_chunked_local_hma: bool = False,
+    allow_chunked_local_hma: bool | None = None,
     kv_connector_without_hma: bool = False,
     async_scheduling: bool | None = None,
     mamba_block_size: int | None = None,
@@ -98,7 +98,8 @@ def plan_state(
     ``decode_context_parallel_size`` shards full-attention tokens over that many ranks of the TP group.
     ``hybrid_kv_cache_manager``: None lets vLLM decide (off for chunked local attention unless
     ``allow_chunked_local_hma``, the ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` switch, and off
-    behind a KV connector that lacks HMA support, ``kv_connector_without_hma``).
+    behind a KV connector that lacks HMA support, ``kv_connector_without_hma``). ``allow_chunked_local_hma``
+    None takes the variable's default in the line (``envs.py``: 0 in 0.11, 1 from 0.20; the switches table).
     """
     sem = Semantics.for_version(vllm)
     _check_positive("--max-model-len", "max_model_len", max_model_len, limits.MAX_MODEL_LEN)
@@ -115,7 +116,8 @@ def plan_state(
     if tp % dcp:  # ParallelConfig: DCP reuses the TP ranks
         raise InputError("--decode-context-parallel-size", "decode_context_parallel_size",
                          f"tp_size={tp} must be divisible by dcp_size={dcp}")
-    if check_max_model_len:
+    env = switches.environment(sem.version)
+    if check_max_model_len and not env.flag(switches.LONG_MAX_MODEL_LEN):
         _check_max_model_len(spec, max_model_len)
     notes: list[str] = []
     speculation = _speculation(spec, num_speculative_tokens, speculative_model, speculative_method, tp)
@@ -127,7 +129,9 @@ def plan_state(
                          f"unknown backend {backend!r}; known: {', '.join(KERNEL_BLOCK_TOKENS)}")
     if block_size is not None:
         _check_positive("--block-size", "block_size", block_size, limits.MAX_TOKENS_PER_STEP)
-    hma = _hybrid_manager(spec, speculation, hybrid_kv_cache_manager, allow_chunked_local_hma, kv_connector_without_hma)
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE: --vllm-env's value, else the line's default (envs.py)
+    allow_chunked = env.flag(switches.CHUNKED_LOCAL_HMA) if allow_chunked_local_hma is None else allow_chunked_local_hma
+    hma = _hybrid_manager(spec, speculation, hybrid_kv_cache_manager, allow_chunked, kv_connector_without_hma)
     mode = _mamba_mode(spec, sem, prefix_caching, mamba_cache_mode, num_speculative_tokens)
     if mamba_block_size is not None and mode is MambaCacheMode.NONE and mamba_block_size != max_model_len:
         raise InputError("--mamba-block-size", "mamba_block_size", "can only be set with --enable-prefix-caching")
@@ -198,6 +202,7 @@ def plan_state(
             notes.append(f"{draft_count} {what} layer(s) join the KV cache")
 
     # (4) HMA off: local attention allocated as full attention
+    layer_specs = tuple(slots)  # every layer's spec as the model hands it to the planner (vLLM's kv_cache_spec)
     if not hma:
         slots = _promote_local(slots, notes)
         if rec_kind is not None:
@@ -232,6 +237,7 @@ def plan_state(
         hybrid_kv_cache_manager=hma,
         speculation=speculation,
         async_scheduling=_async_on(sem, async_scheduling, speculation),
+        layer_specs=layer_specs,
     )
 
 
@@ -353,14 +359,17 @@ def _mamba_mode(spec: ModelSpec, sem: Semantics, prefix_caching: bool, requested
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"unknown mode {requested!r}") from None
         if mode is MambaCacheMode.ALL and not sem.has_all_mode:
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"'all' does not exist in {sem.label}")
-        if mode is not MambaCacheMode.NONE and not sem.spec_in_recurrent_blocks:
+        if mode is MambaCacheMode.ALL and spec.mamba is None:
+            # MambaModelConfig: a model without Mamba2 prefix-caching support falls back to "align".
+            return MambaCacheMode.ALIGN
+        if mode is not MambaCacheMode.NONE and not sem.hybrid_prefix_caching:
             raise InputError("--mamba-cache-mode", "mamba_cache_mode", f"{sem.label} has no mamba prefix caching")
         return mode
-    if not prefix_caching or not sem.spec_in_recurrent_blocks:
+    if not prefix_caching or not sem.hybrid_prefix_caching:  # 0.11: MambaModelConfig turns it off for hybrids
         return MambaCacheMode.NONE
     # 0.20-0.27: models implementing SupportsMambaPrefixCaching (the Mamba2 family) default to "all",
     # except with speculative decoding in 0.20-0.21; GDN models fall back to "align". 0.28+: "align".
-    if sem.has_all_mode and spec.mamba is not None:
+    if sem.all_mode_default and spec.mamba is not None:
         if sem.all_mode_yields_to_spec and num_spec > 0:
             return MambaCacheMode.ALIGN
         return MambaCacheMode.ALL

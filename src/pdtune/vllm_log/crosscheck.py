@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdtune import limits, versions
+from pdtune import limits, switches, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import LayerKind
 from pdtune.units import GiB
@@ -189,12 +189,23 @@ def _check_engine(log: VllmLog, engine: WorkerLog, spec: Any, draft: Any, given:
         raise InputError(log.path, "block_size", f"the log says {conf.block_size:,}, outside the 1 to "
                                                  f"{limits.MAX_TOKENS_PER_STEP:,} pdtune accepts")
     _check_draft(log.path, conf, draft, s)
-    plan = plan_state(spec, tp=tp, kv_cache_dtype=kv_dtype, max_model_len=length, num_speculative_tokens=spec_tokens,
-                      vllm=version, prefix_caching=prefix_caching, block_size=conf.block_size,
-                      max_num_batched_tokens=mnbt, mamba_ssm_cache_dtype=conf.mamba_ssm_cache_dtype or "auto",
-                      speculative_model=draft, speculative_method=conf.speculative_method if draft else None,
-                      decode_context_parallel_size=dcp, async_scheduling=conf.async_scheduling,
-                      check_max_model_len=False)
+    env = _environment(conf, version, s)
+    hma = None if conf.disable_hybrid_kv_cache_manager is None else not conf.disable_hybrid_kv_cache_manager
+    if hma is not None:
+        s.values["hybrid_kv_cache_manager"] = hma
+    if conf.kv_connector_without_hma:
+        s.values["kv_connector_without_hma"] = True
+    with switches.vllm_environment(env, "the log's environment"):
+        plan = plan_state(spec, tp=tp, kv_cache_dtype=kv_dtype, max_model_len=length,
+                          num_speculative_tokens=spec_tokens, vllm=version, prefix_caching=prefix_caching,
+                          block_size=conf.block_size, max_num_batched_tokens=mnbt,
+                          mamba_ssm_cache_dtype=conf.mamba_ssm_cache_dtype or "auto", speculative_model=draft,
+                          speculative_method=conf.speculative_method if draft else None,
+                          decode_context_parallel_size=dcp, async_scheduling=conf.async_scheduling,
+                          hybrid_kv_cache_manager=hma, kv_connector_without_hma=bool(conf.kv_connector_without_hma),
+                          check_max_model_len=False)
+    if plan.hybrid_kv_cache_manager is False and _has_local_attention(spec):
+        s.values["hybrid_kv_cache_manager"] = False
     available = rank.available_kv_cache or 0
     half = round(HALF_STEP_GIB * GiB)
     point, low, high = plan.capacity(available), plan.capacity(max(available - half, 0)), plan.capacity(available + half - 1)
@@ -228,6 +239,25 @@ def _check_engine(log: VllmLog, engine: WorkerLog, spec: Any, draft: Any, given:
         assumed=tuple(s.assumed),
         given=tuple(s.given),
     )
+
+
+def _environment(conf: EngineConfig, version: str, s: _Settings) -> dict[str, str]:
+    """The vLLM environment the engine ran with, as far as the log shows it, and ``--vllm-env`` over it (the
+    flag wins, with a note where the two disagree); each variable recorded in the check's settings."""
+    logged: dict[str, str] = {}
+    if conf.chunked_local_hma is not None:
+        logged[switches.CHUNKED_LOCAL_HMA] = conf.chunked_local_hma
+    given = switches.check_env(switches.active(), version).as_dict()
+    for name, val in given.items():
+        s.given.append(f"{name}={val}")
+        if name in logged and logged[name] != val:
+            s.notes.append(f"--vllm-env {name}={val} overrides the log, whose warning shows {name}={logged[name]}")
+    env = {**logged, **given}
+    if env:
+        s.values["vllm_env"] = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    if conf.unknown_env:
+        s.notes.append(f"the log names vLLM environment variables pdtune does not model: {', '.join(conf.unknown_env)}")
+    return env
 
 
 def _log_version(path: str, raw: str, version: str, notes: list[str]) -> str:

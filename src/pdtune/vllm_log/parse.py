@@ -9,15 +9,23 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pdtune import guarded
+from pdtune import guarded, versions
 from pdtune.errors import InputError
 from pdtune.memory import Waterfall
 from pdtune.vllm_log.patterns import RULES
 from pdtune.vllm_log.records import MAIN, EngineConfig, KvCacheReport, WorkerLog
 
-#: vLLM's default ``--gpu-memory-utilization`` (0.11-0.33), used only when the log's non-default-args
-#: line shows the user did not set it.
+#: vLLM 0.11's default ``--gpu-memory-utilization`` (``CacheConfig.gpu_memory_utilization``; 0.92 from 0.20: the
+#: table of switches, :func:`default_gpu_memory_utilization`), used only when the log's non-default-args line
+#: shows the user did not set it.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+def default_gpu_memory_utilization(version: str) -> float:
+    """``EngineArgs.gpu_memory_utilization``'s default in ``version``'s line (data/vllm/switches.csv)."""
+    from pdtune import switches
+
+    return switches.default_gpu_memory_utilization(version)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
 # "LEVEL MM-DD HH:MM:SS[.fff] [file.py:N] message": every part bounded, so a search is linear in the line.
@@ -158,7 +166,7 @@ class VllmLog:
         if util is None:
             if not conf.args_logged:
                 raise InputError(label, "gpu_memory_utilization", "not in the log: pass it")
-            util = DEFAULT_GPU_MEMORY_UTILIZATION
+            util = default_gpu_memory_utilization(_short_version(conf.version) or versions.CURRENT)
             notes.append(f"gpu_memory_utilization not set: vLLM's default {util}")
         if w.weights is None:
             raise InputError(label, "Model loading took", "no weights line for this process")

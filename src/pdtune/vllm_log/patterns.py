@@ -259,6 +259,8 @@ def _non_default_args(rec: dict[str, Any], m: re.Match[str]) -> None:
             conf[key] = args[key]
     if isinstance(args.get("async_scheduling"), bool):
         conf["async_scheduling"] = args["async_scheduling"]
+    if isinstance(args.get("disable_hybrid_kv_cache_manager"), bool):
+        conf["disable_hybrid_kv_cache_manager"] = args["disable_hybrid_kv_cache_manager"]
     if isinstance(args.get("gpu_memory_utilization"), (int, float)):
         conf["gpu_memory_utilization"] = float(args["gpu_memory_utilization"])
     if isinstance(args.get("enable_prefix_caching"), bool):
@@ -342,3 +344,22 @@ def _chunked_prefill(rec: dict[str, Any], m: re.Match[str]) -> None:
 @_rule("Asynchronous scheduling is", r"Asynchronous scheduling is (?P<state>enabled|disabled)")
 def _async(rec: dict[str, Any], m: re.Match[str]) -> None:
     rec["config"]["async_scheduling"] = m["state"] == "enabled"  # config/vllm.py
+
+
+@_rule("latency regression when using chunked local",
+       r"There is a latency regression when using chunked local attention with the hybrid KV cache manager")
+def _chunked_local_off(rec: dict[str, Any], m: re.Match[str]) -> None:
+    # config/vllm.py VllmConfig.__post_init__ warns so exactly when the variable is 0 and turns the manager off
+    rec["config"]["chunked_local_hma"] = "0"
+
+
+@_rule("Turning off hybrid kv cache manager", r"Turning off hybrid kv cache manager because `--kv-transfer-config`")
+def _connector_off(rec: dict[str, Any], m: re.Match[str]) -> None:
+    rec["config"]["kv_connector_without_hma"] = True  # a KV connector without HMA support (0.11: any connector)
+
+
+@_rule("Unknown vLLM environment variable", r"Unknown vLLM environment variable detected: (?P<name>[A-Za-z_]\w{0,100})")
+def _unknown_env(rec: dict[str, Any], m: re.Match[str]) -> None:
+    seen = tuple(rec["config"].get("unknown_env") or ())
+    if m["name"] not in seen:
+        rec["config"]["unknown_env"] = (*seen, m["name"])

@@ -54,6 +54,12 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     mamba_ssm_cache_dtype: str | None = None
     async_scheduling: bool | None = None
+    disable_hybrid_kv_cache_manager: bool | None = None  # --disable-/--enable-hybrid-kv-cache-manager
+    # What the start-up says about the environment: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is "0"
+    # where vLLM warns that it disables the hybrid manager for chunked local attention (config/vllm.py)
+    chunked_local_hma: str | None = None
+    kv_connector_without_hma: bool | None = None  # "Turning off hybrid kv cache manager because --kv-transfer-config"
+    unknown_env: tuple[str, ...] | None = None  # "Unknown vLLM environment variable detected: NAME" (envs.py)
     args_logged: bool = False  # a non-default-args line was seen: unset flags are vLLM's defaults
 
     def merged(self, fallback: EngineConfig) -> EngineConfig:

@@ -137,7 +137,7 @@ def _assemble_book(src: Path, config: dict[str, Any], static_paths: list[str], c
         if result.notebook:
             target = src / chapter.folder / chapter.notebook
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / result.notebook, target)
+            target.write_text(_fold_parameters(folder / result.notebook), encoding="utf-8")
     (src / f"{SUMMARY_PAGE}.md").write_text(
         f"({SUMMARY_PAGE})=\n" + to_markdown(
             summary, [r.to_dict() for r in results],
@@ -153,6 +153,21 @@ def _assemble_book(src: Path, config: dict[str, Any], static_paths: list[str], c
     config.setdefault("execute", {})["execute_notebooks"] = "off"
     config["only_build_toc_files"] = True
     (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+#: Cells whose input the mini-book folds: the chapter's defaults and the values papermill injected. The summary
+#: and each page's "Not from your parameters file" box say what they hold; shown whole they take a screen a page.
+FOLDED_TAGS = ("parameters", "injected-parameters")
+
+
+def _fold_parameters(notebook: Path) -> str:
+    """The executed notebook's JSON with its parameters cells folded (Jupyter Book's ``hide-input``)."""
+    data = json.loads(notebook.read_text(encoding="utf-8"))
+    for cell in data.get("cells", []):
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if any(t in tags for t in FOLDED_TAGS) and "hide-input" not in tags:
+            tags.append("hide-input")
+    return json.dumps(data, ensure_ascii=False)
 
 
 def _copy_tree(source: Path, target: Path, skip: set[Path]) -> None:

@@ -86,13 +86,16 @@ def load_parameters(path: str | os.PathLike[str]) -> Parameters:
     except InputError as exc:
         raise _with_yaml_hint(exc, values) from None
     resolved = _resolve(scenario, source.parent, source)
-    check_inputs(resolved, source)
-    given = set(values) | {f"plan.{k}" for k in (values.get("plan") or {}) if isinstance(values.get("plan"), dict)}
-    try:
-        resolved = fill_defaults(resolved, given, str(source))
-    except InputError as exc:
-        raise InputError(source, exc.field, exc.message) from None
-    resolved.check_against_model(str(source))
+    from pdtune.switches import vllm_environment
+
+    with vllm_environment(resolved.environment(str(source)), "vllm_env"):  # what every check plans with
+        check_inputs(resolved, source)
+        given = set(values) | {f"plan.{k}" for k in (values.get("plan") or {}) if isinstance(values.get("plan"), dict)}
+        try:
+            resolved = fill_defaults(resolved, given, str(source))
+        except InputError as exc:
+            raise InputError(source, exc.field, exc.message) from None
+        resolved.check_against_model(str(source))
     return Parameters(source=source, scenario=scenario, resolved=resolved)
 
 
@@ -157,10 +160,7 @@ def _model_reference(scenario: Scenario, base: Path, source: Path, key: str = "m
 
 def check_inputs(scenario: Scenario, source: Path) -> None:
     """Everything a chapter would trip over, checked once, before any chapter runs."""
-    try:
-        spec = load_model(scenario.model)
-    except InputError as exc:
-        raise InputError(source, "model", f"{scenario.model}: {exc.field}: {exc.message}") from None
+    spec = scenario.model_spec(str(source))
     _gpu(source, scenario.gpu)
     versions.check(scenario.vllm, str(source), "vllm")
     for name in ("prefill_topologies", "decode_topologies"):

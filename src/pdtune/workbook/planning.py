@@ -40,7 +40,8 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
                   mtp_acceptance: float = 0.25, speculative_model: str = "", decode_context_parallel_size: int = 1,
                   calibration: str = "", plan: PlanParameters | Mapping[str, Any] | None = None,
                   prefill_gpu: str | None = None, decode_gpu: str | None = None,
-                  max_gpus: int | None = None) -> PlanSettings:
+                  max_gpus: int | None = None, vllm_env: tuple[tuple[str, str], ...] = (),
+                  weights: str = "") -> PlanSettings:
     """The :class:`PlanSettings` of a scenario's values (a chapter's parameters, or a :class:`Scenario`'s).
 
     ``prefill_gpu`` / ``decode_gpu`` / ``max_gpus`` override the pools and the budget (the chapter's mixed
@@ -60,7 +61,8 @@ def plan_settings(*, model: str, gpu: str, isl: int, osl: int, kv_cache_dtype: s
         prefill_topologies=tuple(p.prefill_topologies) or None, decode_topologies=tuple(p.decode_topologies) or None,
         calibration=(calibration,) if calibration.strip() else (), speculative_model=draft,
         num_speculative_tokens=num_speculative_tokens if draft else 0,
-        decode_context_parallel_size=decode_context_parallel_size,
+        decode_context_parallel_size=decode_context_parallel_size, vllm_env=tuple(vllm_env),
+        weights=weights,
     )
 
 
@@ -79,7 +81,7 @@ def scenario_settings(scenario: Scenario) -> PlanSettings:
         num_speculative_tokens=scenario.num_speculative_tokens, mtp_acceptance=scenario.mtp_acceptance,
         speculative_model=scenario.speculative_model,
         decode_context_parallel_size=scenario.decode_context_parallel_size, calibration=scenario.calibration,
-        plan=scenario.plan)
+        plan=scenario.plan, vllm_env=scenario.environment(), weights=scenario.weights)
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,8 +158,11 @@ def _init_child(parent_pid: int) -> None:
 
 def _plan_job(scenario: Scenario) -> dict[str, Any]:
     """In the child: the search, as plain data (an error as its key and message, InputError does not pickle)."""
+    from pdtune.switches import vllm_environment
+
     try:
-        planned = timed_plan(scenario_settings(scenario), plan_slas(scenario.plan))
+        with vllm_environment(scenario.environment(), "vllm_env"):
+            planned = timed_plan(scenario_settings(scenario), plan_slas(scenario.plan))
     except InputError as exc:
         key = _PLAN_KEYS.get(exc.field) or ("calibration" if scenario.calibration and
                                             str(exc.source) == scenario.calibration else "plan")
@@ -178,7 +183,7 @@ def write_plan(folder: Path, result: WorkbookPlan, *, recipes: bool) -> dict[str
     if recipes and result.pick_rows:
         from pdtune.recipe import write_recipes
 
-        paths = write_recipes(data, list(result.pick_rows), folder / RECIPES_DIR)
+        paths = write_recipes(data, list(result.pick_rows), folder / RECIPES_DIR, source=folder / PLAN_JSON)
         written = [f"{PLAN_DIR}/{RECIPES_DIR}/{Path(p).name}" for p in paths]
         data["recipes"] = written
     (folder / PLAN_JSON).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -196,9 +201,10 @@ def plan_summary(planned: Planned) -> dict[str, Any]:
     s = p.settings
     picks = []
     for pick in p.picks:
-        entry: dict[str, Any] = {"sla": pick.sla.describe(), "met": pick.met, "sentence": picks_sentence(p, pick)}
+        entry: dict[str, Any] = {"sla": pick.sla.describe(), "met": pick.met, "sentence": picks_sentence(p, pick),
+                                 "comparison": p.comparison(pick)["sentence"]}
         row = p.row(pick.row if pick.met else pick.closest_row)  # type: ignore[arg-type]
-        entry.update({k: row[k] for k in ("row", "deployment", "gpus_total", "concurrency", "tps_per_gpu",
+        entry.update({k: row[k] for k in ("row", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu",
                                          "tps_per_user", "ttft_ms_p50", "kv_transfer_ms", "kv_transfer_share")})
         picks.append(entry)
     return {
@@ -208,5 +214,7 @@ def plan_summary(planned: Planned) -> dict[str, Any]:
         "candidates": {"prefill": p.counts["prefill_candidates"], "decode": p.counts["decode_candidates"],
                        "rejected": p.counts["rejected"]},
         "feasible_rows": p.counts["feasible_rows"], "factors": {r: f.source for r, f in p.factors.items()},
-        "picks": picks, "recipes": [],
+        "picks": picks, "recipes": [], "warnings": p.warnings(),
+        "ttft_ceiling": p.ceiling.to_dict() if p.ceiling is not None else None,
+        "latency_model": p.latency_model,
     }

@@ -394,7 +394,10 @@ def run_workbook(
             raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
         read_yaml(book_root / "_config.yml", "_config.yml")  # one that cannot be read fails now, not at the end
     # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
-    numbers = key_numbers(params.resolved)
+    from pdtune.switches import vllm_environment
+
+    with vllm_environment(params.resolved.environment(str(params.source)), "vllm_env"):
+        numbers = key_numbers(params.resolved)
     # The plan's search too: a budget nothing fits stops here, naming the parameters file and plan.max_gpus.
     planned = scenario_plan(params.resolved, params.source)
 

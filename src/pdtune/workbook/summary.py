@@ -155,6 +155,7 @@ class KeyNumbers:
     phases: dict[str, PhaseSummary | None]
     frontier: FrontierSummary | None
     notes: tuple[str, ...] = field(default=())
+    weights: str = ""  # the weight format the model is served with (its config's, or the file's `weights`)
 
     @property
     def reference_engine(self) -> dict[str, Any] | None:
@@ -167,7 +168,8 @@ class KeyNumbers:
     def to_dict(self) -> dict[str, Any]:
         return {
             "title": self.scenario.title or default_title(self.scenario),
-            "model": {"name": self.scenario.model, "layers": self.model_summary},
+            "model": {"name": model_name(self.scenario.model), "config": self.scenario.model,
+                      "weights": self.weights, "layers": self.model_summary},
             "gpu": self.gpu,
             "workload": {"isl": self.scenario.isl, "osl": self.scenario.osl},
             "vllm": self.scenario.vllm,
@@ -189,13 +191,21 @@ def _maybe(part: PhaseSummary | FrontierSummary | None) -> dict[str, Any] | None
     return part.to_dict() if part is not None else None
 
 
+def model_name(model: str) -> str:
+    """The model as prose names it: a bundled name as given, a path by its folder (``load_model``'s name)."""
+    path = Path(model)
+    if path.name == "config.json":
+        return path.parent.name
+    return path.stem if path.suffix == ".json" else path.name
+
+
 def default_title(scenario: Scenario) -> str:
-    return f"{scenario.model} on {scenario.gpu}, ISL/OSL {scenario.isl}/{scenario.osl}"
+    return f"{model_name(scenario.model)} on {scenario.gpu}, ISL/OSL {scenario.isl}/{scenario.osl}"
 
 
 def key_numbers(scenario: Scenario) -> KeyNumbers:
     """The summary's numbers for ``scenario`` (paths in it absolute, or relative to the working folder)."""
-    spec = load_model(scenario.model)
+    spec = scenario.model_spec()
     gpu = load_gpu(scenario.gpu)
     state = request_state(spec, scenario)
     engines = topology_capacity(
@@ -224,6 +234,7 @@ def key_numbers(scenario: Scenario) -> KeyNumbers:
     return KeyNumbers(
         scenario=scenario,
         model_summary=spec.kinds_summary(),
+        weights=spec.weights.name,
         gpu={"name": gpu.name, "description": gpu.description, "gpu_memory_gib": scenario.gpu_memory_gib,
              "gpu_memory_utilization": scenario.gpu_memory_utilization},
         state=state,
@@ -383,7 +394,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         f"# Workbook summary: {s['title']}",
         "",
         f"- parameters: `{s.get('parameters_file', '-')}`",
-        f"- model: `{s['model']['name']}` ({s['model']['layers']})",
+        f"- model: {s['model']['name']} ({s['model']['layers']}; {s['model'].get('weights') or 'config'} weights)",
         f"- GPU: {gpu['name']} ({gpu['description']}), {gpu['gpu_memory_gib']:g} GiB as torch sees it, "
         f"gpu_memory_utilization {gpu['gpu_memory_utilization']:g}",
         f"- workload: ISL/OSL {s['workload']['isl']}/{s['workload']['osl']}; vLLM {s['vllm']}",
@@ -399,20 +410,24 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         "## KV cache and concurrency per decode engine",
         "",
         "KV cache is per GPU (one TP rank); requests per engine are vLLM's max concurrency for that rank's "
-        "share of each request. Weights are computed from the config; the other overheads come from the "
+        "share of each request, to two decimals as vLLM logs it (chapter 6 quotes the same numbers). Weights are computed from the config; the other overheads come from the "
         "parameters file.",
         "",
-        "| topology | MTP | weights GiB/GPU | KV cache GiB/GPU | MiB/request/rank | requests/engine | "
-        "requests/deployment | note |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| topology | MTP | weights, GiB per GPU | KV cache, GiB per GPU | MiB per request, one rank | "
+        "requests per engine | requests per deployment |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
+    notes = []
     for r in s["decode_engines"]["rows"]:
         lines.append(
             f"| {r['topology']} | {'yes' if r['mtp'] else 'no'} | {_num(r.get('weights_gib'), 2)} | "
             f"{_num(r.get('kv_cache_gib'), 2)} | {_num(r.get('mib_per_request_rank'), 2)} | "
-            f"{_num(r.get('requests_per_engine'))} | {_num(r.get('requests_per_deployment'))} | "
-            f"{r.get('note') or ''} |"
+            f"{_num(r.get('requests_per_engine'), 2)} | {_num(r.get('requests_per_deployment'), 2)} |"
         )
+        if r.get("note"):  # below the table, so the table fits the page's column
+            notes.append(f"- {r['topology']}{' with MTP' if r['mtp'] else ''}: {r['note']}")
+    if notes:
+        lines += ["", *notes]
     for kind in ("prefill", "decode"):
         part = s.get(kind)
         lines += ["", f"## Best {kind} topology", ""]
@@ -484,13 +499,17 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
     for pick in plan["picks"]:
         if pick["met"]:
             files = ", ".join(f"`{r}`" for r in pick.get("recipes") or []) or "none written (`plan.recipes: false`)"
-            lines.append(f"- {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
+            lines.append(f"- SLA {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
                          f"GPUs at concurrency {pick['concurrency']}: {_num(pick['tps_per_gpu'])} tok/s per GPU, "
-                         f"{_num(pick['tps_per_user'])} tok/s per user, TTFT {_num(pick['ttft_ms_p50'], 0)} ms "
+                         f"{_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user, TTFT "
+                         f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms "
                          f"({pick['kv_transfer_share']:.1%} KV transfer); recipes: {files}")
+            if pick.get("comparison"):
+                lines.append(f"  {pick['comparison']}")
         else:
-            lines.append(f"- {pick['sla']}: nothing meets it; the closest is {pick['deployment']} (row "
-                         f"{pick['row']}): {_num(pick['tps_per_user'])} tok/s per user")
+            lines.append(f"- SLA {pick['sla']}: nothing meets it; the closest is {pick['deployment']} (row "
+                         f"{pick['row']}): {_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user")
+    lines += [f"- {w}" for w in plan.get("warnings") or []]
     return lines
 
 

@@ -6,7 +6,7 @@ writes every ``schedule()`` and ``update_from_output()`` call to ``data/vllm/sch
 adds each request at the tick vLLM saw it, feeds each update the tokens vLLM's mock model runner produced, and
 compares, at every call: the tokens scheduled per request, the draft tokens, the requests preempted, the
 requests that sample, the free blocks, every request's blocks per group, the order of the running and waiting
-queues, and the requests that finished. ``python -m pdtune.sim.trace [FOLDER]`` prints the comparison.
+queues, and the requests that finished. ``python -m pdtune.sim.replay [FOLDER]`` prints the comparison.
 """
 
 from __future__ import annotations

@@ -1,0 +1,180 @@
+"""The one step that turns a searched row into a reported one: its latencies, their tails, their source.
+
+Two evaluators: the steady-state model (:func:`steady_state`, the default) and the scheduler simulation of
+issue 23 (:func:`simulated`, ``pdtune plan --latency-model simulated``), which runs each reported row as its
+benchmark would run and reports the simulated medians and tails, queueing included.
+
+The search ranks every rate-matched (and aggregated) deployment by the steady-state model, which is fast enough
+to price tens of thousands of rows. The rows a plan *reports* (the frontier, each SLA's pick, its runner-up,
+the best of each serving mode) and every SLA check pass through :func:`evaluate_rows` first; its answer is
+what the table, the picks and the JSON say, labelled in a column of every row (``latency_model``). Swapping
+the evaluator changes nothing else in the plan.
+
+What the steady-state model can and cannot say, and so what :func:`evaluate_rows` writes (the simulation writes
+the same columns from its simulated requests):
+
+* ``ttft_ms_p50``: the modeled TTFT (rate matching's prefill point plus the KV transfer, or the aggregated
+  server's), with no queueing spread: ``ttft_ms_p90 = ttft_ms_p99 = ttft_ms_p50``.
+* ``tpot_ms_p50``: the modeled TPOT. Its tail is the :class:`~pdtune.plan.inputs.TpotP90` rule: a measured
+  decode sweep's own p99 where one was given, else the TPOT times the measured p99/median ratio of the
+  bundled InferenceX points. That ratio is a p99's, so it bounds the p90 from above:
+  ``tpot_ms_p90 = tpot_ms_p99 = max(that value, tpot_ms_p50)``. Every row holds p99 >= p90 >= p50.
+* ``tps_per_user = 1000 / tpot_ms_p50``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pdtune.plan.inputs import TpotP90
+
+#: What every row's latencies come from until the scheduler simulation lands.
+LATENCY_MODEL = "steady-state"
+LATENCY_NOTE = ("steady-state model (pdtune.perfmodel, no queueing spread): TTFT p90 and p99 equal the median; "
+                "TPOT p90 and p99 are the median times the stated p99/median factor, or a measured sweep's p99")
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """How reported rows are evaluated: a name for the ``latency_model`` column, the function that turns rows
+    into reported rows (the columns :func:`evaluate_rows` writes), and how many rows one call should take
+    (None: all at once; a slow evaluator, such as a simulation, takes the candidates of an SLA a batch at a
+    time, best first, until its pick is found)."""
+
+    name: str
+    evaluate: Callable[[pd.DataFrame], pd.DataFrame]
+    batch: int | None = None
+
+    def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return self.evaluate(rows)
+
+
+def steady_state(tpot_p90: TpotP90) -> Evaluator:
+    """The evaluation step until the scheduler simulation lands: the steady-state model's own numbers."""
+    return Evaluator(LATENCY_MODEL, partial(evaluate_rows, tpot_p90=tpot_p90))
+
+
+def evaluate_rows(rows: pd.DataFrame, tpot_p90: TpotP90) -> pd.DataFrame:
+    """``rows`` with their reported latencies (see the module docstring): TTFT and TPOT p50/p90/p99,
+    ``tpot_p90_basis``, ``tps_per_user`` and ``latency_model``. The search's own columns are kept."""
+    tpot = rows["tpot_ms_p50"].to_numpy(dtype=float)
+    ttft = rows["ttft_ms_p50"].to_numpy(dtype=float)
+    measured_p99 = rows["measured_tpot_ms_p99"].to_numpy(dtype=float) if "measured_tpot_ms_p99" in rows else \
+        np.full(len(rows), np.nan)
+    decode_source = rows["decode_source"].astype(str).to_numpy() if "decode_source" in rows else \
+        np.full(len(rows), "modeled")
+    has_p99 = np.char.startswith(decode_source.astype(str), "measured") & np.isfinite(measured_p99)
+    tail = np.maximum(np.where(has_p99, measured_p99, tpot * tpot_p90.factor), tpot)
+    scaled = f"TPOT x {tpot_p90.factor:.2f}"
+    basis = np.where(has_p99, "measured p99 TPOT of the decode sweep (bounds the p90)",
+                     np.where(np.char.startswith(decode_source.astype(str), "modeled"), f"modeled {scaled}",
+                              f"measured median {scaled}"))
+    return rows.assign(
+        ttft_ms_p90=ttft, ttft_ms_p99=ttft, tpot_ms_p90=tail, tpot_ms_p99=tail, tpot_p90_basis=basis,
+        tps_per_user=1000.0 / tpot, latency_model=LATENCY_MODEL,
+    )
+
+
+# ------------------------------------------------------------------------------------------ the simulation
+
+#: ``latency_model`` of rows the scheduler simulation evaluated.
+SIMULATED = "simulated (pdtune.sim)"
+SIMULATED_NOTE = ("pdtune.sim, vLLM 0.33's scheduler stepped on pdtune's step costs: an sa-bench closed loop at the "
+                  "row's concurrency (one round of warm-up, then two requests per client, lengths exactly the "
+                  "plan's), TTFT and TPOT medians and tails of the simulated requests, queueing included")
+#: Requests per client a simulated row measures, after one round of warm-up.
+SIM_ROUNDS = 2
+#: Candidates one call of the simulated evaluator takes (best first) while an SLA's pick is sought.
+SIM_BATCH = 4
+
+
+def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any], tpot_p90: TpotP90,
+              *, rounds: int = SIM_ROUNDS) -> Evaluator:
+    """The evaluation step run by the scheduler simulation (:mod:`pdtune.sim`): every row is simulated as the
+    benchmark its recipe runs (sa-bench at the row's concurrency, ``random_range_ratio`` 1.0), aggregated rows
+    as one of their servers (the replicas are alike), disaggregated rows as their ``x`` prefill and ``y``
+    decode engines with the KV transfer; the engines are those the recipes start (``max-num-seqs`` at the row's
+    load per DP rank, the decode token budget of the article's rule). ``gpus`` maps ``prefill``/``decode`` to
+    the pools' :class:`~pdtune.gpus.GpuSpec`, ``factors`` to their :class:`~pdtune.plan.pools.Factors`.
+    Costs CPU time in proportion to the requests and steps simulated (tens of seconds a row at thousands of
+    requests in flight), which is why the plan's default is the steady-state model."""
+    return Evaluator(SIMULATED, partial(_simulate_rows, spec=spec, gpus=gpus, settings=settings, factors=factors,
+                                        tpot_p90=tpot_p90, rounds=rounds, cache={}), SIM_BATCH)
+
+
+def _sim_engine(spec: Any, gpu: Any, s: Any, role: str, topology: str, mtp: int, load: int, cache: dict) -> Any:
+    import math
+
+    from pdtune.memory import default_max_num_batched_tokens
+    from pdtune.perfmodel import build_engine
+    from pdtune.topology import parse_topology
+
+    topo = parse_topology(topology)
+    seqs = max(1, math.ceil(load / topo.dp))
+    base = s.engine_config("decode" if role == "decode" else "prefill")
+    if role == "decode":
+        batched = default_max_num_batched_tokens(seqs, mtp)
+    elif role == "prefill":
+        batched = base.max_num_batched_tokens
+        seqs = min(max(8, 1 << (2 * seqs - 1).bit_length()), batched)
+    else:
+        batched = max(base.max_num_batched_tokens, seqs)
+    key = (role, gpu.name, topo.canonical, mtp, seqs, batched)
+    if key not in cache:
+        from dataclasses import replace
+
+        config = replace(base, max_num_seqs=seqs, max_num_batched_tokens=batched)
+        cache[key] = build_engine(spec, gpu, topo, isl=s.isl, osl=s.osl, mtp_tokens=mtp, config=config)
+    return cache[key]
+
+
+def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
+                   tpot_p90: TpotP90, rounds: int, cache: dict) -> pd.DataFrame:
+    from pdtune.sim import SimConfig, closed_loop, simulate, simulate_disagg
+
+    s = settings
+    out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
+    config = SimConfig(record_timeline=False, acceptance=s.acceptance)
+    values: dict[str, list[float]] = {k: [] for k in ("ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50",
+                                                       "tpot_ms_p90", "tpot_ms_p99", "tps_per_gpu", "total_tps")}
+    for r in rows.to_dict("records"):
+        if r["mode"] == "agg":
+            gpu = gpus["decode"] if r.get("prefill_gpu") == gpus["decode"].name and \
+                r.get("prefill_gpu") != gpus["prefill"].name else gpus["prefill"]
+            role = "prefill" if gpu is gpus["prefill"] else "decode"
+            c = int(r["server_concurrency"])
+            engine = _sim_engine(spec, gpu, s, "agg", r["topology"], 0, c, cache)
+            wl = closed_loop(c, s.isl, s.osl, num_prompts=rounds * c, warmups=c, harness="sa-bench",
+                             range_ratio=1.0)
+            st = simulate(engine, wl, efficiency=factors[role].efficiency, config=config).stats()
+            total = st["total_tps"] * int(r["agg_replicas"])
+        else:
+            c = int(r["concurrency"])
+            p = _sim_engine(spec, gpus["prefill"], s, "prefill", r["prefill_topology"], 0,
+                            int(r["prefill_concurrency"]), cache)
+            d = _sim_engine(spec, gpus["decode"], s, "decode", r["decode_topology"], int(r["mtp_tokens"]),
+                            int(r["decode_concurrency"]), cache)
+            wl = closed_loop(c, s.isl, s.osl, num_prompts=rounds * c, warmups=c, harness="sa-bench",
+                             range_ratio=1.0)
+            st = simulate_disagg(p, d, int(r["n_prefill_workers"]), int(r["n_decode_workers"]), wl,
+                                 efficiency=factors["decode"].efficiency, config=config).stats()
+            total = st["total_tps"]
+        for k in values:
+            values[k].append(total if k == "total_tps" else st[k])
+    v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
+    ttft = v["ttft_ms_p50"]
+    return out.assign(
+        ttft_ms_p50=ttft, ttft_ms_p90=np.maximum(v["ttft_ms_p90"], ttft),
+        ttft_ms_p99=np.maximum.reduce([v["ttft_ms_p99"], v["ttft_ms_p90"], ttft]),
+        tpot_ms_p50=v["tpot_ms_p50"], tpot_ms_p90=np.maximum(v["tpot_ms_p90"], v["tpot_ms_p50"]),
+        tpot_ms_p99=np.maximum.reduce([v["tpot_ms_p99"], v["tpot_ms_p90"], v["tpot_ms_p50"]]),
+        tpot_p90_basis="simulated p90 TPOT (pdtune.sim)", tps_per_user=1000.0 / v["tpot_ms_p50"],
+        tps_per_gpu=v["tps_per_gpu"], total_tps=v["total_tps"],
+        kv_transfer_share=out["kv_transfer_ms"].to_numpy(dtype=float) / ttft, latency_model=SIMULATED,
+    )

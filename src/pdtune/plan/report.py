@@ -1,0 +1,298 @@
+"""What a plan reports: the rows the evaluation step re-evaluates, each SLA's pick with its runner-up and the best
+row of each serving mode, the TTFT ceiling's preference, and the sentences that say them, numbers rounded the
+way they are compared."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from pdtune.errors import InputError
+from pdtune.frontier import upper_envelope
+from pdtune.plan.aggregated import bottleneck_words
+from pdtune.plan.evaluate import Evaluator
+from pdtune.plan.inputs import ROW_COLUMNS, Sla, TtftCeiling
+
+if TYPE_CHECKING:
+    from pdtune.plan.search import Plan
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The best row for one SLA, or how close the rows get; the runner-up, and aggregated against xPyD."""
+
+    sla: Sla
+    met: bool
+    row: int | None  # row number in :attr:`Plan.table` (None when nothing meets it)
+    closest_row: int | None  # when not met: the row with the smallest shortfall
+    shortfall: float | None  # relative miss of the closest row (0.1 = 10 % short)
+    candidates: int  # rows meeting the SLA
+    runner_up: int | None = None  # the next best row meeting it, of another deployment
+    best_agg: int | None = None  # the best aggregated and the best disaggregated row meeting it
+    best_disagg: int | None = None
+    above_ceiling: bool = False  # the pick's TTFT is above the plan's TTFT ceiling (no row meeting it is below)
+    faster_above_ceiling: int | None = None  # a row meeting the SLA with more tokens/s per GPU, above the ceiling
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sla": self.sla.to_dict(), "describe": self.sla.describe(), "met": self.met, "row": self.row,
+                "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates,
+                "runner_up_row": self.runner_up, "best_agg_row": self.best_agg, "best_disagg_row": self.best_disagg,
+                "above_ttft_ceiling": self.above_ceiling, "faster_above_ttft_ceiling_row": self.faster_above_ceiling}
+
+
+def _ranked(rows: pd.DataFrame, mask: np.ndarray) -> list[Any]:
+    """Labels of the rows in ``mask``, best first: most tokens/s per GPU, then fewest GPUs, then the most
+    tokens/s per user (the frontier's tie rule), then the label."""
+    sub = rows[mask]
+    order = np.lexsort((sub["deployment"].astype(str).to_numpy(), -sub["tps_per_user"].to_numpy(dtype=float),
+                        sub["gpus_total"].to_numpy(dtype=float), -sub["tps_per_gpu"].to_numpy(dtype=float)))
+    return list(sub.index[order])
+
+
+@dataclass
+class _Choice:
+    """What one SLA's search through the evaluated candidates found (index labels of ``rows``)."""
+
+    sla: Sla
+    candidates: int
+    pick: Any = None
+    runner_up: Any = None
+    best: dict[str, Any] = field(default_factory=dict)  # mode -> label
+    above_ceiling: bool = False
+    faster_above: Any = None
+    closest: Any = None
+    shortfall: float | None = None
+
+
+def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceiling: TtftCeiling, *,
+            require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
+    """The table the plan reports and its picks, every reported row evaluated by ``evaluator``.
+
+    The steady-state rows rank the candidates; the evaluator re-evaluates them best first (all at once, or a
+    batch at a time) and every SLA is checked on the evaluated numbers. Per SLA: the pick is the best
+    evaluated row that meets it with a TTFT within the ceiling, else the best that meets it (flagged above the
+    ceiling); the runner-up the next best meeting it of another deployment; and the best aggregated and the
+    best disaggregated row meeting it (same ceiling rule as the pick). The table holds the steady-state
+    frontier and all of these, evaluated."""
+    front = upper_envelope(rows)
+    done: list[pd.DataFrame] = []
+    seen: set[Any] = set()
+
+    def evaluate(labels: Sequence[Any]) -> None:
+        todo = [lab for lab in dict.fromkeys(labels) if lab not in seen]
+        if todo:
+            out = evaluator(rows.loc[todo])
+            done.append(out)
+            seen.update(todo)
+
+    def evaluated(labels: Sequence[Any]) -> pd.DataFrame:
+        frame = pd.concat(done) if len(done) > 1 else done[0]
+        if len(done) > 1:
+            done[:] = [frame]
+        return frame.loc[list(labels)]
+
+    choices = []
+    for sla in slas:
+        mask = sla.meets(rows)
+        ranked = _ranked(rows, mask)
+        choice = _Choice(sla, int(mask.sum()))
+        batch = evaluator.batch or max(len(ranked), 1)
+        within: dict[str, Any] = {}  # "pick" and each mode: the first evaluated row meeting it under the ceiling
+        anywhere: dict[str, Any] = {}
+        order: list[Any] = []  # evaluated rows meeting the SLA, best first
+        under_of: dict[Any, bool] = {}
+        dep_of: dict[Any, str] = {}
+        mode_of: dict[Any, str] = {}
+        for start in range(0, len(ranked), batch):
+            chunk = ranked[start:start + batch]
+            evaluate(chunk)
+            sub = evaluated(chunk)
+            ok = sla.meets(sub)
+            under = sub["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
+            modes = sub["mode"].astype(str).to_numpy()
+            deps = sub["deployment"].astype(str).to_numpy()
+            for i in np.flatnonzero(ok):
+                lab = chunk[i]
+                order.append(lab)
+                under_of[lab], dep_of[lab], mode_of[lab] = bool(under[i]), deps[i], str(modes[i])
+                for key in ("pick", modes[i]):
+                    anywhere.setdefault(key, lab)
+                    if under[i]:
+                        within.setdefault(key, lab)
+            if "pick" in within and {"agg", "disagg"} <= set(within) | set(anywhere) and len(order) > 1:
+                break
+        if order:  # the evaluated numbers decide among the candidates evaluated (the ranking only ordered them)
+            tps = evaluated(order)["tps_per_gpu"].to_numpy(dtype=float)
+            order = [order[i] for i in np.lexsort((np.arange(len(order)), -tps))]
+            within, anywhere = {}, {}
+            for lab in order:
+                for key in ("pick", mode_of[lab]):
+                    anywhere.setdefault(key, lab)
+                    if under_of[lab]:
+                        within.setdefault(key, lab)
+        chosen = within if "pick" in within else anywhere
+        if "pick" in chosen:
+            choice.pick = chosen["pick"]
+            choice.above_ceiling = "pick" not in within
+            if anywhere["pick"] != choice.pick:
+                choice.faster_above = anywhere["pick"]
+            for mode in ("agg", "disagg"):
+                label = within.get(mode, anywhere.get(mode)) if "pick" in within else anywhere.get(mode)
+                if label is not None:
+                    choice.best[mode] = label
+            others = [lab for lab in order if dep_of[lab] != dep_of[choice.pick]]
+            preferred = [lab for lab in others if under_of[lab]] if not choice.above_ceiling else []
+            choice.runner_up = (preferred or others or [None])[0]
+        else:
+            miss = sla.shortfall(rows)
+            best = np.lexsort((-rows["tps_per_gpu"].to_numpy(dtype=float), miss))[0]
+            choice.closest, choice.shortfall = rows.index[best], float(miss[best])
+            evaluate([choice.closest])
+            if require_sla:
+                r = evaluated([choice.closest]).iloc[0]
+                p90 = (f" (p90 {ceil_to(r['tpot_ms_p90'], 1):.1f} ms: {r['tpot_p90_basis']})"
+                       if sla.max_tpot_ms_p90 is not None else "")
+                raise InputError("SLA", sla.describe(),
+                                 f"no deployment within the budget meets it; the closest is {r['deployment']} at "
+                                 f"concurrency {int(r['concurrency'])}: {floor_to(r['tps_per_user'], 1):.1f} "
+                                 f"tokens/s per user, TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms, TPOT "
+                                 f"{ceil_to(r['tpot_ms_p50'], 1):.1f} ms{p90}, {r['tps_per_gpu']:,.0f} tokens/s "
+                                 f"per GPU ({choice.shortfall:.0%} short)")
+        choices.append(choice)
+    labels = list(front.index)
+    for c in choices:
+        labels += [lab for lab in (c.pick, c.runner_up, c.faster_above, *c.best.values(), c.closest)
+                   if lab is not None]
+    labels = list(dict.fromkeys(labels))
+    evaluate(labels)
+    table = evaluated(labels).copy()
+    on_front = set(front.index)
+    table["on_frontier"] = [lab in on_front for lab in labels]
+    table = table.sort_values(["tps_per_user", "tps_per_gpu"], kind="stable")
+    row_of = {lab: k for k, lab in enumerate(table.index)}
+    table.insert(0, "row", np.arange(len(table)))
+    picked: dict[Any, list[str]] = {}
+    picks = []
+    for c in choices:
+        if c.pick is not None:
+            picked.setdefault(c.pick, []).append(c.sla.describe())
+        picks.append(Pick(c.sla, c.pick is not None, row_of.get(c.pick), row_of.get(c.closest), c.shortfall,
+                          c.candidates, row_of.get(c.runner_up), row_of.get(c.best.get("agg")),
+                          row_of.get(c.best.get("disagg")), c.above_ceiling, row_of.get(c.faster_above)))
+    table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
+    met = np.column_stack([sla.meets(table) for sla in slas]) if slas else np.zeros((len(table), 0), dtype=bool)
+    table["meets_sla"] = [[bool(v) for v in row] for row in met]
+    table["within_ttft_ceiling"] = table["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
+    table["bottleneck_words"] = [bottleneck_words(r) for r in table.to_dict("records")]
+    table["curve_concurrencies"] = _curves(rows, table)
+    loads = [c for c in ("prefill_concurrency", "decode_concurrency", "server_concurrency") if c in rows.columns]
+    heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[loads].max()
+    for col, key in (("curve_prefill_concurrency_max", "prefill_concurrency"),
+                     ("curve_decode_concurrency_max", "decode_concurrency"),
+                     ("curve_server_concurrency_max", "server_concurrency")):
+        if key in heaviest.columns:
+            table[col] = table["deployment"].map(heaviest[key]).fillna(0).astype(int)
+    table = table.reset_index(drop=True)
+    return table[[c for c in ROW_COLUMNS if c in table.columns]], picks
+
+
+def floor_to(value: float, digits: int = 0) -> float:
+    """``value`` rounded down at ``digits`` decimals: how a number compared against a floor (>=) is shown,
+    so that 19.98 against >= 20 reads 19.9, never 20.0."""
+    scale = 10 ** digits
+    return math.floor(float(value) * scale + 1e-9) / scale
+
+
+def ceil_to(value: float, digits: int = 0) -> float:
+    """``value`` rounded up at ``digits`` decimals: how a number compared against a limit (<=) is shown."""
+    scale = 10 ** digits
+    return math.ceil(float(value) * scale - 1e-9) / scale
+
+
+def _curves(rows: pd.DataFrame, table: pd.DataFrame, points: int = 8) -> list[list[int]]:
+    """Per table row, concurrencies spanning its deployment's predicted curve (at most ``points``, spread
+    evenly in log scale, its own concurrency included): what the deployment's benchmark sweeps."""
+    wanted = set(table["deployment"])
+    mine = rows[rows["deployment"].isin(wanted)]
+    curve = {dep: np.unique(group["concurrency"].to_numpy()) for dep, group in mine.groupby("deployment")}
+    out = []
+    for dep, own in zip(table["deployment"], table["concurrency"], strict=True):
+        values = curve[dep]
+        if values.size > points:
+            targets = np.geomspace(values[0], values[-1], points)
+            values = np.unique(values[np.abs(np.log(values[None, :]) - np.log(targets[:, None])).argmin(axis=1)])
+        out.append(sorted({int(v) for v in values} | {int(own)}))
+    return out
+
+
+MODE_WORDS = {"agg": "aggregated", "disagg": "disaggregated"}
+
+
+def _row_brief(r: dict[str, Any]) -> str:
+    return f"{r['deployment']} ({MODE_WORDS.get(str(r['mode']), r['mode'])}, {r['gpus_total']} GPUs)"
+
+
+def picks_sentence(p: Plan, pick: Pick) -> str:
+    """One pick in words: the row, its numbers rounded the way they are compared, what limits it, the
+    runner-up."""
+    if not pick.met:
+        assert pick.closest_row is not None
+        r = p.row(pick.closest_row)
+        return (f"{pick.sla.describe()}: nothing meets it within {p.settings.max_gpus} GPUs; the closest is row "
+                f"{pick.closest_row}, {_row_brief(r)} ({floor_to(r['tps_per_user'], 1):.1f} tokens/s per user, "
+                f"TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms)")
+    assert pick.row is not None
+    r = p.row(pick.row)
+    p90 = (f", TPOT p90 {ceil_to(r['tpot_ms_p90'], 1):.1f} ms ({r['tpot_p90_basis']})"
+           if pick.sla.max_tpot_ms_p90 is not None else "")
+    kv = f" ({r['kv_transfer_share']:.1%} of it KV transfer)" if r["mode"] == "disagg" else ""
+    text = (f"{pick.sla.describe()}: row {pick.row}, {_row_brief(r)} at concurrency {r['concurrency']}: "
+            f"{r['tps_per_gpu']:,.0f} tokens/s per GPU, {floor_to(r['tps_per_user'], 1):.1f} tokens/s per user, "
+            f"TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms{kv}{p90}; bottleneck: {r['bottleneck_words']}")
+    if pick.runner_up is not None:
+        u = p.row(pick.runner_up)
+        gap = 1 - u["tps_per_gpu"] / r["tps_per_gpu"] if r["tps_per_gpu"] else 0.0
+        text += (f"; runner-up row {pick.runner_up}, {_row_brief(u)}, {u['tps_per_gpu']:,.0f} tokens/s per GPU "
+                 f"({gap:.1%} less)")
+    else:
+        text += "; no other deployment meets it"
+    if pick.faster_above_ceiling is not None and p.ceiling is not None:
+        f = p.row(pick.faster_above_ceiling)
+        text += (f"; row {pick.faster_above_ceiling}, {f['deployment']}, would give {f['tps_per_gpu']:,.0f} tokens/s "
+                 f"per GPU at a TTFT of {ceil_to(f['ttft_ms_p50']):,.0f} ms, above the {p.ceiling.ms:,.0f} ms ceiling "
+                 "(--ttft-ceiling-ms moves it)")
+    return text
+
+
+def comparison_sentence(p: Plan, pick: Pick) -> str:
+    """Aggregated against disaggregated for one SLA, in one sentence."""
+    what = pick.sla.describe()
+    if not p.settings.aggregated:
+        return f"{what}: aggregated serving was not planned (--no-aggregated)."
+    if pick.best_agg is None and pick.best_disagg is None:
+        return f"{what}: neither aggregated nor disaggregated serving meets it within {p.settings.max_gpus} GPUs."
+    if pick.best_agg is None or pick.best_disagg is None:
+        only, other = ("agg", "disagg") if pick.best_agg is not None else ("disagg", "agg")
+        r = p.row(pick.best_agg if only == "agg" else pick.best_disagg)  # type: ignore[arg-type]
+        return (f"{what}: only {MODE_WORDS[only]} serving meets it ({r['deployment']}, row {r['row']}, "
+                f"{r['tps_per_gpu']:,.0f} tokens/s per GPU); no {MODE_WORDS[other]} deployment does.")
+    a, d = p.row(pick.best_agg), p.row(pick.best_disagg)
+    ceiling = p.ceiling.ms if p.ceiling is not None else math.inf
+    a_in, d_in = a["ttft_ms_p50"] <= ceiling, d["ttft_ms_p50"] <= ceiling
+    if a_in != d_in:  # compare like with like: the mode within the ceiling wins, the other is said as it is
+        win, lose = (a, d) if a_in else (d, a)
+        ratio = lose["tps_per_gpu"] / win["tps_per_gpu"] if win["tps_per_gpu"] else math.inf
+        return (f"{what}: {MODE_WORDS[str(win['mode'])]} wins within the {ceiling:,.0f} ms TTFT ceiling, "
+                f"{win['deployment']} (row {win['row']}) at {win['tps_per_gpu']:,.0f} tokens/s per GPU; the best "
+                f"{MODE_WORDS[str(lose['mode'])]} deployment, {lose['deployment']} (row {lose['row']}), gives "
+                f"{ratio:.2f}x that but at a TTFT of {ceil_to(lose['ttft_ms_p50']):,.0f} ms, above the ceiling.")
+    win, lose = (a, d) if a["tps_per_gpu"] > d["tps_per_gpu"] else (d, a)
+    ratio = win["tps_per_gpu"] / lose["tps_per_gpu"] if lose["tps_per_gpu"] else math.inf
+    return (f"{what}: {MODE_WORDS[str(win['mode'])]} wins, {win['deployment']} (row {win['row']}) at "
+            f"{win['tps_per_gpu']:,.0f} tokens/s per GPU is {ratio:.2f}x the best {MODE_WORDS[str(lose['mode'])]} "
+            f"deployment, {lose['deployment']} (row {lose['row']}) at {lose['tps_per_gpu']:,.0f}.")
