@@ -15,6 +15,11 @@ results table; the problems come with repeated measurements already folded to on
 
 :func:`heldout_table` returns one row per measured row with both predictions beside the measurement and the
 deployment and fold it belonged to; :func:`heldout_summary` the median and p90 |error| per model x GPU.
+
+With ``latency_model="simulated"`` the leave-one-model-out predictions come from the scheduler simulation
+(:mod:`pdtune.perfmodel.simulated`, every row run as its benchmark) with the same refitted factors; the
+calibrated column is left empty, each row saying why (:data:`NO_SIMULATED_FIT`): the factors are fitted on the
+steady-state model's form, and a fit through the simulator is not built yet.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
 from pdtune.perfmodel.validation import METRICS, _stats, validate_rows
+
+
+#: Why a simulated held-out table has no calibrated prediction.
+NO_SIMULATED_FIT = "no fit through the simulator yet: calibrated factors are the steady-state model's"
 
 
 def fold_of(key: str, folds: int) -> int:
@@ -48,8 +57,10 @@ def heldout_table(
     *,
     folds: int = 4,
     models: Sequence[str] | None = None,
+    latency_model: str = "steady-state",
 ) -> HeldOut:
-    """Both held-out predictions for every row of the ``problems`` whose model is in ``models`` (all when None)."""
+    """Both held-out predictions for every row of the ``problems`` whose model is in ``models`` (all when None);
+    ``latency_model`` predicts the leave-one-model-out column (see the module)."""
     frames = []
     factors: dict[tuple[str, str], Efficiency] = {}
     used: dict[tuple[str, str], list[str]] = {}
@@ -64,7 +75,7 @@ def heldout_table(
         factors[(model, gpu)], used[(model, gpu)] = lomo, fitted_models
         rows = problem.rows
         keys = rows.apply(deployment_key, axis=1)
-        uncal = validate_rows(rows, problem.spec, problem.gpu, lomo).set_index("row")
+        uncal = validate_rows(rows, problem.spec, problem.gpu, lomo, latency_model=latency_model).set_index("row")
         out = uncal.rename(columns={f"predicted_{m}": f"lomo_{m}" for m in METRICS}
                            | {f"{m}_error": f"lomo_{m}_error" for m in METRICS})
         out["deployment"] = [keys[i] for i in out.index]
@@ -74,7 +85,9 @@ def heldout_table(
             out[f"calibrated_{m}"] = float("nan")
             out[f"calibrated_{m}_error"] = float("nan")
         out["calibrated_reason"] = None
-        for k in range(folds):
+        if latency_model != "steady-state":
+            out["calibrated_reason"] = NO_SIMULATED_FIT
+        for k in range(folds if latency_model == "steady-state" else 0):
             held = [d for d in deployments if fold_of(d, folds) == k]
             train = [d for d in deployments if fold_of(d, folds) != k]
             if not held:
