@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from pdtune.perfmodel.validation import _stats, select_rows, validate_rows
 from pdtune.results import load_results
 
 FOLDER = clusters_dir() / "inferencex-h200-isl-sweep"
+ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"ttft_ms_p50": 15.0, "tpot_ms_p50": 8.0}
 
 
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         out = Path(args.csv)
         out.parent.mkdir(parents=True, exist_ok=True)
-        table.drop(columns=["row"], errors="ignore").to_csv(out, index=False, float_format="%.6g")
+        rel = table.assign(path=[os.path.relpath(str(x), ROOT) for x in table["path"]])  # the repository's paths
+        rel.drop(columns=["row"], errors="ignore").to_csv(out, index=False, float_format="%.6g")
         print(f"wrote {out}")
     print(f"({time.perf_counter() - start:.0f} s)")
     return 1 if failures else 0

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ from pdtune.perfmodel.simulated import LATENCY_MODELS, STEADY_STATE
 from pdtune.results import load_results
 from pdtune.scorecard import MODELS
 
+ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"lomo": {"tpot_ms_p50": 10.0, "ttft_ms_p50": 25.0}, "calibrated": {"tpot_ms_p50": 6.0, "ttft_ms_p50": 15.0}}
 #: Over all rows (issue 23): (prediction, metric, statistic) -> the most |error| in %.
 OVERALL = {("lomo", "ttft_ms_p50", "median"): 15.0, ("lomo", "tpot_ms_p50", "median"): 8.0,
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         out = Path(args.csv)
         out.parent.mkdir(parents=True, exist_ok=True)
-        table.drop(columns=["row"], errors="ignore").to_csv(out, index=False, float_format="%.6g")
+        rel = table.assign(path=[os.path.relpath(str(x), ROOT) for x in table["path"]])  # the repository's paths
+        rel.drop(columns=["row"], errors="ignore").to_csv(out, index=False, float_format="%.6g")
         print(f"wrote {out}")
     if args.json:
         out = Path(args.json)

@@ -553,15 +553,12 @@ class Engine:
             pair_flops = c.attn_pair_flops_prefill * pre_pairs + c.attn_pair_flops_decode * dec_pairs
             kv = (batch.kv_tokens_read + batch.tokens) * self.kv_bytes_per_token
             full = Work({"bf16": pair_flops / tp}, kv)
-            # A sliding-window layer sees at most its window: of the average context for a decode token, and
-            # of the positions before it for a prompt token (window_fields).
+            # A sliding-window layer sees at most its window of each token's context (window_fields).
             window = self.spec.attention.sliding_window if self.spec.attention else None
-            if window_override is not None:
-                pre_window, dec_share, kv_share = window_override
-            else:
-                pre_window, dec_share, kv_share = window_fields(
-                    window, batch.seqs, batch.prefill_tokens, batch.attn_pairs, batch.decode_pairs,
-                    batch.kv_tokens_read)
+            given = window_override
+            pre_window, dec_share, kv_share = given if given is not None else window_fields(
+                window, batch.seqs, batch.prefill_tokens, batch.attn_pairs, batch.decode_pairs,
+                batch.kv_tokens_read)
             sliding = Work(
                 {"bf16": (c.attn_pair_flops_prefill * pre_window + c.attn_pair_flops_decode * dec_share) / tp},
                 (kv_share + batch.tokens) * self.kv_bytes_per_token,
