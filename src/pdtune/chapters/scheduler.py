@@ -21,7 +21,9 @@ import pandas as pd
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.paths import data_dir
+from pdtune.perfmodel.aggregated import agg_plan, agg_prediction
 from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.engine import Engine, EngineConfig, build_engine
 from pdtune.sim import SimConfig, SimResult, closed_loop, simulate
 from pdtune.topology import parse_topology
@@ -65,23 +67,42 @@ def engine(case: Case) -> Engine:
 @cache
 def run(case: Case, concurrency: int, rounds: int = 6) -> SimResult:
     """``concurrency`` clients, ``rounds`` requests each, on the case's engine (modeled)."""
-    eff = default_efficiency(GPU)
-    if case.request_overhead_s is not None:
-        eff = replace(eff, request_overhead_s=case.request_overhead_s)
+    eff = _efficiency(case)
     load = closed_loop(concurrency, ISL, OSL, num_prompts=rounds * concurrency)
     return simulate(engine(case), load, efficiency=eff, config=SimConfig(overhead_cv=case.overhead_cv))
 
 
+def _efficiency(case: Case) -> Efficiency:
+    eff = default_efficiency(GPU)
+    return eff if case.request_overhead_s is None else replace(eff, request_overhead_s=case.request_overhead_s)
+
+
 def sweep(case: Case, concurrencies: tuple[int, ...]) -> pd.DataFrame:
-    """TTFT and TPOT (p50, p90) and the mean running and waiting requests per concurrency (modeled)."""
+    """Per concurrency (modeled): the simulated TTFT and TPOT (p50, p90) and mean running and waiting requests,
+    and the steady-state model's TTFT and TPOT of the same engine (``steady_*``: no queue, requests take turns)."""
     rows = []
+    eff = _efficiency(case)
     for c in concurrencies:
         r = run(case, c)
         s, line = r.stats(), r.summary()["timeline"]["engine"]
+        steady = agg_prediction(engine(case), agg_plan(engine(case), c, ISL, OSL, eff.arrival_clustering), ISL,
+                                OSL, eff)
         rows.append({"concurrency": c, "ttft_ms_p50": s["ttft_ms_p50"], "ttft_ms_p90": s["ttft_ms_p90"],
                      "tpot_ms_p50": s["tpot_ms_p50"], "tpot_ms_p90": s["tpot_ms_p90"],
-                     "running": line["running_mean"], "waiting": line["waiting_mean"], "modeled": True})
+                     "running": line["running_mean"], "waiting": line["waiting_mean"],
+                     "steady_ttft_ms": steady.ttft_ms, "steady_tpot_ms": steady.tpot_ms, "modeled": True})
     return pd.DataFrame(rows)
+
+
+#: The columns a sweep shows on the page, with their headers.
+SHOWN = {"concurrency": "clients", "ttft_ms_p50": "TTFT p50 (ms)", "tpot_ms_p50": "TPOT p50 (ms)",
+         "running": "running (mean)", "waiting": "waiting (mean)", "steady_ttft_ms": "steady-state TTFT (ms)",
+         "steady_tpot_ms": "steady-state TPOT (ms)"}
+
+
+def shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's columns for the page (every value modeled: simulated, then the steady-state model's)."""
+    return frame[list(SHOWN)].rename(columns=SHOWN)
 
 
 def kv_room(case: Case) -> int:
