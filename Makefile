@@ -40,11 +40,12 @@ $(SRT)/.installed: $(SRTCTL_WHEEL)
 	touch $@
 
 # The book tests build the book themselves (into a temporary folder); the vendored assets come first.
+# Long groups first (tests/conftest.py orders them), one worker each; short modules fill in around them.
 test: venv chromium assets srt
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 test-fast: venv
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n 2 --dist loadgroup
 
 # --- the book -----------------------------------------------------------------------------------------
 # Third-party JavaScript (vega bundle from vl-convert-python, MathJax 3 from sphinx-mathjax-offline) is
@@ -106,7 +107,8 @@ bench-peers: venv
 	exit $$status
 
 # The performance model's scorecard on aiconfigurator's real vLLM runs (chapter 8 reads it): minutes of refitting,
-# so it is written to data/perfmodel/validation/ once, not at book-build time. Rerun after changing pdtune.perfmodel.
+# so it is written to data/perfmodel/validation/ once, not at book-build time. Rerun after changing pdtune.perfmodel:
+# it recomputes every row, says what moved against the shipped file, and writes it (make test recomputes one fold).
 validation: venv
 	$(BIN)/python -m pdtune.scorecard
 

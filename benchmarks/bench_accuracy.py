@@ -26,19 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+
+from pdtune.perfmodel.validation import error_percentiles
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_PYTHON = REPO / ".peers" / "bin" / "python"
 PEER_SCRIPT = REPO / "benchmarks" / "peer_aiconfigurator.py"
 SILICON = REPO / "data" / "clusters" / "aiconfigurator-silicon" / "silicon_sample.csv"
 MODELS_DIR = REPO / "data" / "models"
-
-
-def _stats(errors: pd.Series) -> tuple[float | None, float | None]:
-    values = np.abs(errors.dropna().to_numpy(dtype=float)) * 100
-    return (float(np.median(values)), float(np.percentile(values, 90))) if len(values) else (None, None)
 
 
 def _f(x: float | None) -> str:
@@ -136,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for kind in ("calibrated", "lomo", "aic"):
             for m in ("ttft_ms_p50", "tpot_ms_p50"):
-                med, p90 = _stats(sel[f"{kind}_{m}_error"])
+                med, p90 = error_percentiles(sel[f"{kind}_{m}_error"])
                 rec[f"{kind}_{m}_median"], rec[f"{kind}_{m}_p90"] = med, p90
                 cells.append(f"{_f(med)} {_f(p90)}")
         summary.append(rec)

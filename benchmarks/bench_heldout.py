@@ -35,7 +35,7 @@ from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.simulated import LATENCY_MODELS, SIMULATED, STEADY_STATE
 from pdtune.perfmodel.validation import _stats, select_rows, validate_rows
 from pdtune.results import load_results
@@ -74,7 +74,7 @@ def score(dep: Deployment, latency_model: str = STEADY_STATE) -> pd.DataFrame:
                           ttft_ms_p50_error=math.nan, tpot_ms_p50_error=math.nan, latency_model=latency_model)
     sel = select_rows(df, dep.model, dep.gpu)
     gpu = load_gpu(dep.gpu)
-    points = validate_rows(sel.rows, load_model(dep.model), gpu, default_efficiency(dep.gpu),
+    points = validate_rows(sel.rows, load_model(dep.model), gpu, gpu_defaults(dep.gpu).efficiency,
                            latency_model=latency_model, harness="inferencex" if latency_model == SIMULATED else None)
     return points.assign(deployment=dep.name)
 

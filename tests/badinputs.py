@@ -1,12 +1,13 @@
-"""The bad-input corpus of issue 14: hand-written hostile inputs for every subcommand, and the runner that checks
-each one (imported by ``test_fuzz_cli.py``; ``python tests/badinputs.py ROOT OUT.jsonl ID...`` runs cases in a
-child process under an address-space limit).
+"""The bad-input corpus: hand-written hostile inputs for every subcommand, and the runner that checks each one
+(imported by ``test_bad_inputs.py``, the one test module that runs it; ``python tests/badinputs.py ROOT OUT.jsonl
+ID...`` runs cases in a child process under an address-space limit). Issue 22's causes are numbered 2201 to 2211
+(cause 4 is 2204); the broken fixture files under ``tests/fixtures/*/bad`` are cause 0 cases named ``fixture-*``.
 
 :func:`build` writes every fixture below a root folder and returns the :class:`Case` list. A case is the
 ``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``; issue 22's causes are 2200 + their number, 2201-2211;
 0 for bad input the issue did not list), and what the error line must name. Every case must end with exit
-status 2, exactly one line on stderr, no traceback, no file created or changed anywhere below the root, within
-its time limit and under the memory limit. Cases are grouped per cause and run in one child process per group
+status 2, exactly one line on stderr (``pdtune COMMAND: error: ...``), nothing on stdout, no traceback, no file
+created or changed anywhere below the root, within its time limit and under the memory limit. Cases are grouped per cause and run in one child process per group
 (``in_child``), each with its own SIGALRM deadline, so a hang or a memory blow-up fails that case only; cases
 that change the environment run as their own ``pdtune`` process (``own_process``).
 """
@@ -46,7 +47,8 @@ class Case:
     argv: tuple[str, ...]
     names: str = ""  # must appear in the error line (the file, the flag)
     field: str = ""  # must appear as ": <field>:" (the key, column, line), when given
-    own_process: bool = False  # a pdtune process of its own (environment changes)
+    own_process: bool = False  # a pdtune process of its own (environment changes, the installed script)
+    says: str = ""  # more the error line must contain, when given
     env: dict[str, str] = dc_field(default_factory=dict)
     timeout: float = 20.0
 
@@ -173,6 +175,52 @@ def release_immutable(root: Path) -> None:
         subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
     with contextlib.suppress(OSError):
         folder.chmod(0o700)
+
+
+#: Lock files of output folders "a live run is writing", held for as long as the process that built the corpus.
+_HELD: dict[str, int] = {}
+
+
+def held(folder: Path) -> Path:
+    """``folder`` as a live pdtune run writing it holds it: its lock (as :class:`pdtune.io.FolderSwap` takes it)
+    is held by this process, or already by another of the campaign's."""
+    import fcntl
+
+    from pdtune.io import beside
+
+    lock = beside(folder, "lock")
+    if str(lock) not in _HELD:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not lock.exists()
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if fresh:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _HELD[str(lock)] = fd
+        except OSError:
+            os.close(fd)
+    return folder
+
+
+def planned_rows(path: Path) -> Path:
+    """A real ``pdtune plan --json`` output with rows (qwen3-32b on up to 8 H100), made once."""
+    if not path.exists():
+        from pdtune.cli import main
+
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            assert main(["plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "8", "--isl", "1024", "--osl", "128",
+                         "--json"]) == 0
+        write(path, text.getvalue())
+    return path
+
+
+def recipe_names(plan_file: Path, row: int) -> list[str]:
+    from pdtune.recipe import row_recipes
+
+    data = json.loads(plan_file.read_text(encoding="utf-8"))
+    return [r.file_name for r in row_recipes(data, next(r for r in data["rows"] if r["row"] == row))]
 
 
 # ------------------------------------------------------------------------------------------ the corpus
@@ -834,6 +882,103 @@ def build(root: Path) -> list[Case]:
     add(11, "broken-data-validate", *validate, names="data-broken", own_process=True,
         env={"PDTUNE_DATA": str(root / "data-broken")})
 
+    # ---------------------------------------------------------------- results and logs (tests/fixtures/*/bad)
+    # The hand-made broken files of tests/fixtures/results/bad and tests/fixtures/logs/bad, each blaming its field.
+    bad, good, logs = FIXTURES / "results" / "bad", FIXTURES / "results", FIXTURES / "logs"
+    for argv, names, blamed in (
+            (("results", bad / "truncated.json", "--gpus", "8"), "truncated.json", "json"),
+            (("results", bad / "nan-median-tpot.json", "--gpus", "8"), "nan-median-tpot.json", "median_tpot_ms"),
+            (("results", bad / "missing-median-tpot.json", "--gpus", "8"), "missing-median-tpot.json",
+             "median_tpot_ms"),
+            (("results", bad / "missing-throughput.json", "--gpus", "8"), "missing-throughput.json",
+             "output_throughput"),
+            (("results", bad / "request-rate-run.json", "--gpus", "8"), "request-rate-run.json", "max_concurrency"),
+            (("results", bad / "no-completed-requests.json", "--gpus", "8"), "no-completed-requests.json",
+             "completed"),
+            (("results", bad / "negative-throughput.json", "--gpus", "8"), "negative-throughput.json",
+             "output_throughput"),
+            (("results", bad / "infinite-ttft.json", "--gpus", "8"), "infinite-ttft.json", "median_ttft_ms"),
+            (("results", bad / "modeled-not-bool.json", "--gpus", "8"), "modeled-not-bool.json", "modeled"),
+            (("results", bad / "garbage.json"), "garbage.json", "file"),
+            (("results", bad / "empty.json"), "empty.json", "file"),
+            (("results", bad / "not-results.json"), "not-results.json", "format"),
+            (("results", bad / "aiperf-no-concurrency", "--gpus", "8"), "profile_export_aiperf.json", "concurrency"),
+            (("results", bad / "aiperf-bad-unit-concurrency16", "--gpus", "8"), "profile_export_aiperf.json",
+             "inter_token_latency.unit"),
+            (("results", bad / "aiperf-missing-itl-concurrency16", "--gpus", "8"), "profile_export_aiperf.json",
+             "inter_token_latency.p50"),
+            (("results", bad / "srt-zero-gpus"), "results_concurrency_64_gpus_0.json", "gpus"),
+            (("results", bad / "srt-ctx-gen-mismatch"), "results_concurrency_64_gpus_24_ctx_8_gen_8.json", "gpus"),
+            (("results", bad / "srt-mixed-workload"), "results_concurrency_64_gpus_24_ctx_8_gen_16.json", "isl"),
+            (("results", bad / "srt-concurrency-mismatch"), "results_concurrency_128_gpus_8.json", "max_concurrency"),
+            (("results", bad / "srt-mode-mismatch"), "results_concurrency_64_gpus_8.json", "mode"),
+            (("results", bad / "srt-job-metadata" / "5550002.json"), "5550002.json", "job_id"),
+            (("results", bad / "inferencex-missing-decode-gpus.csv"), "inferencex-missing-decode-gpus.csv",
+             "Num Decode GPUs"),
+            (("results", bad / "inferencex-tp-mismatch.csv"), "inferencex-tp-mismatch.csv", "TP"),
+            (("results", bad / "inferencex-missing-column.csv"), "inferencex-missing-column.csv", "Concurrency"),
+            (("results", bad / "rollup-missing-column"), "benchmark-rollup.csv", "Median TPOT"),
+            (("results", bad / "sglang-broken-line.jsonl", "--gpus", "8"), "sglang-broken-line.jsonl", "line 2"),
+            (("results", bad / "bad-sidecar"), "pdtune-gpus.yaml", "gpus"),
+            # seconds-keyed vllm bench JSON: a latency key that names no unit; ms and s spellings that disagree
+            (("results", bad / "seconds-no-unit.json", "--gpus", "4"), "seconds-no-unit.json", "ttft"),
+            (("results", bad / "seconds-and-ms-disagree.json", "--gpus", "4"), "seconds-and-ms-disagree.json",
+             "median_ttft"),
+            # no GPU counts anywhere: a per-GPU figure would be a guess
+            (("results", good / "vllm_bench" / "qwen3-32b-c64-no-percentiles.json"),
+             "qwen3-32b-c64-no-percentiles.json", "gpus"),
+            # a sidecar and the flag disagree
+            (("results", good / "sglang", "--gpus", "8"), "pdtune-gpus.yaml", "gpus"),
+            # two workloads where one is expected
+            (("results", good / "vllm_bench", "--gpus", "8", "--single-workload"), ".json", "isl/osl"),
+            (("results", good / "no-such-folder"), "no-such-folder", "path"),
+            (("log", logs / "bad" / "no-kv-line.log"), "no-kv-line.log", "KV cache size"),
+            (("log", logs / "bad" / "garbage.log"), "garbage.log", "file"),
+            (("log", logs / "bad" / "empty.log"), "empty.log", "log"),
+            (("log", logs / "bad" / "nginx-access.log"), "nginx-access.log", "log"),
+            (("log", logs / "missing.log"), "missing.log", "file"),
+            (("log", logs / "v0.26_tp2_qwen3-32b.log", "--model", "no-such-model"), "no-such-model", "model"),
+            (("log", logs / "v0.26_tp2_qwen3-32b.log", "--model", qwen32, "--vllm", "0.5"), "--vllm", "vllm")):
+        add(0, f"fixture-{argv[0]}-{Path(argv[1]).name}", *argv, names=names, field=blamed)
+    empty = r / "empty-folder"
+    empty.mkdir(parents=True, exist_ok=True)
+    add(0, "results-empty-folder", "results", empty, names=empty, field="results", says="no benchmark results found")
+    for value in ("0", "prefill=0,decode=0", "prefill=8", "two"):
+        add(0, f"results-gpus-{value}", "results", good / "srt_slurm" / "agg", "--gpus", value, names="--gpus")
+    mixed = r / "mixed-broken"
+    _copytree(good / "srt_slurm" / "agg", mixed / "agg")
+    write(mixed / "broken.json", (bad / "nan-median-tpot.json").read_text(encoding="utf-8"))
+    add(0, "results-csv-o-of-a-broken-folder", "results", mixed, "--gpus", "8", "--csv", "-o", out / "table.csv",
+        names="broken.json", field="median_tpot_ms")  # and no table.csv: nothing may be created
+    add(0, "results-installed-entry-point", "results", bad / "nan-median-tpot.json", "--gpus", "8",
+        names="nan-median-tpot.json", field="median_tpot_ms", says="is NaN", own_process=True)
+
+    # ---------------------------------------------------------------- issue 22, 4 and 11: outputs whole or absent
+    # 2211: a second run into an --out a live run is writing (its lock held by this process, as FolderSwap
+    # takes it) is refused before it writes anything, and a previous output there stays as it was.
+    rows_plan = planned_rows(root / "plans" / "plan-rows.json")
+    ds_ok = write(p / "ds-ok.yaml", "concurrencies: [1]\n")
+    previous = held(out / "busy-previous")
+    write(previous / "summary.json", "{}")
+    for name, argv in (("workbook", ("workbook", params_ok, "--out", held(out / "busy-wb"))),
+                       ("workbook-previous", ("workbook", params_ok, "--out", previous, "--force")),
+                       ("dataset", ("dataset", "generate", "--params", ds_ok, "--out", held(out / "busy-ds"))),
+                       ("recipe", ("recipe", rows_plan, "--row", "0", "--out", held(out / "busy-rec"))),
+                       ("recipe-previous", ("recipe", rows_plan, "--row", "0", "--out", previous)),
+                       ("plan-recipes", ("plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "8", "--isl", "1024",
+                                         "--osl", "128", "--recipes", held(out / "busy-plan")))):
+        flag = "--recipes" if name == "plan-recipes" else "--out"
+        add(2211, f"busy-{name}", *argv, names=Path(argv[argv.index(flag) + 1]).name, field=flag)
+    # 2204: recipes refused half-way (a recipe's name taken by a folder or a FIFO in --out) leave the folder as
+    # it was: the recipes of an earlier run in it included.
+    deploy = recipe_names(rows_plan, 0)[0]
+    for name in ("folder", "fifo"):
+        folder = out / f"rec-in-the-way-{name}"
+        write(folder / "deploy-row9-earlier.yaml", "name: earlier\n")
+        (folder / deploy).mkdir(parents=True, exist_ok=True) if name == "folder" else fifo(folder / deploy)
+        add(2204, f"recipe-in-the-way-{name}", "recipe", rows_plan, "--row", "0", "--out", folder, names=deploy,
+            field="--out")
+
     # ---------------------------------------------------------------- 0: more bad input per subcommand
     for name, data in (("binary", b"\x00\x01binary"), ("latin1", b'{"a": "\xe9"}'), ("empty", b""),
                        ("bom-garbage", "\ufeff{garbage".encode()), ("utf16", '{"a": 1}'.encode("utf-16"))):
@@ -1213,16 +1358,22 @@ def problems(case: Case, outcome: dict[str, Any]) -> list[str]:
     lines = err.strip().splitlines()
     if outcome["code"] != 2:
         found.append(f"exit status {outcome['code']}, not 2")
-    if outcome["stderr_chars"] > 2000 or len(lines) != 1:
+    if outcome["stderr_chars"] > 2000 or len(lines) != 1 or err.count("\n") != 1:
         found.append(f"{len(lines)} lines / {outcome['stderr_chars']:,} characters on stderr, not one short line")
     if "Traceback" in err:
         found.append("a traceback")
-    if lines and not lines[0].startswith("pdtune"):
-        found.append("the line does not start with the command's name")
+    # the command's name as the user typed it ("pdtune dataset generate: error: " from argparse, "pdtune dataset:
+    # error: " from pdtune's own checks)
+    if lines and not lines[0].startswith((f"pdtune {case.argv[0]}: error: ", f"pdtune {command_of(case)}: error: ")):
+        found.append(f"the line does not start with 'pdtune {command_of(case)}: error: '")
+    if outcome["stdout_chars"]:
+        found.append(f"{outcome['stdout_chars']} characters on stdout")
     if case.names and case.names not in err:
         found.append(f"the line does not name {case.names!r}")
-    if case.field and f": {case.field}:" not in err and f"argument {case.field}" not in err:
+    if case.field and f": {case.field}: " not in err and f"argument {case.field}" not in err:
         found.append(f"the line does not blame the field {case.field!r}")
+    if case.says and case.says not in err:
+        found.append(f"the line does not say {case.says!r}")
     if outcome["seconds"] > case.timeout:
         found.append(f"took {outcome['seconds']:.1f} s (limit {case.timeout:g} s)")
     if outcome["rss_growth"] > CASE_RSS:
@@ -1230,6 +1381,11 @@ def problems(case: Case, outcome: dict[str, Any]) -> list[str]:
     if outcome["changed"] or outcome["outside"]:
         found.append(f"created or changed files: {outcome['changed'] + outcome['outside']}")
     return found
+
+
+def command_of(case: Case) -> str:
+    """The command a case runs: ``results``, ``dataset generate``."""
+    return " ".join(case.argv[:2]) if case.argv[0] == "dataset" else case.argv[0]
 
 
 def describe(case: Case, outcome: dict[str, Any]) -> str:

@@ -10,18 +10,34 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings
 
+from chapter_runs import Runs, once
+from pdtune.article import ARTICLE_VLLM
+from pdtune.scenario import Scenario
 from pdtune.site.bookbuild import resolve_entry, toc_entries
 from pdtune.site.render import STATIC_BUILD_ENV
 from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
+# No per-example deadline for any property: a busy machine (the suite shares two cores with other work) must not
+# turn a correct property into a failure; how fast things are is benchmarks/'s business.
+settings.register_profile("pdtune", deadline=None)
+settings.load_profile("pdtune")
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CHAPTER_DIR = "notebooks/"
+
+
+def article_scenario() -> Scenario:
+    """What the book's chapters default to: the article's setup (:class:`Scenario`'s defaults, the one place it
+    is written) served by the vLLM the article ran."""
+    return replace(Scenario(), vllm=ARTICLE_VLLM)
 
 
 def toc_chapters() -> list[tuple[str, Path | None]]:
@@ -41,6 +57,7 @@ def book_env() -> dict[str, str]:
 def build_book(source: Path, output: Path) -> Path:
     """Build as ``make book`` does (parallel execution, then ``jupyter-book build -W -n --keep-going --all``);
     return the HTML folder, or fail with the log."""
+    output.mkdir(parents=True, exist_ok=True)
     config = output / "_config.executed.yml"
     execute = [str(sys.executable), "-m", "pdtune.site.bookexec", str(source)]
     execute += ["--cache", str(output / "_build" / ".jupyter_cache"), "--config-out", str(config)]
@@ -61,19 +78,28 @@ def build_book(source: Path, output: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vendor_assets() -> Path:
-    """The vega bundle and MathJax under book/assets/vendor (written unless already current)."""
-    write_vendor(VENDOR_DIR)
+def vendor_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The vega bundle and MathJax under book/assets/vendor (written unless already current, by one worker)."""
+    once(tmp_path_factory, "vendor", lambda _folder: write_vendor(VENDOR_DIR))
     return VENDOR_DIR
 
 
 @pytest.fixture(scope="session")
 def built_book(vendor_assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real book, built once per session; skipped while a chapter listed in _toc.yml is unwritten."""
+    """The real book, built once per session (by whichever worker needs it first); skipped while a chapter
+    listed in _toc.yml is unwritten. Its execute step is the article's run of every chapter
+    (:mod:`chapter_runs`)."""
     missing = [e for e in toc_entries(ROOT / "_toc.yml") if resolve_entry(ROOT, e) is None]
     if missing:
         pytest.skip(f"_toc.yml lists files that do not exist yet: {', '.join(missing)}")
-    return build_book(ROOT, tmp_path_factory.mktemp("book"))
+    out = once(tmp_path_factory, "book", lambda folder: build_book(ROOT, folder))
+    return out / "_build" / "html"
+
+
+@pytest.fixture(scope="session")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """Every chapter's run for a parameter set, by name (``runs["deepseek-v3-gb200"]``), made once per session."""
+    return Runs(request, tmp_path_factory)
 
 
 # --- the mini-book --------------------------------------------------------------------------------------
@@ -214,3 +240,20 @@ def mini_book(vendor_assets: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """The mini-book's built HTML folder."""
     base = tmp_path_factory.mktemp("mini-book")
     return build_book(write_mini_book(base / "src"), base / "out")
+
+
+#: The pytest-xdist groups that take longest, longest first. ``make test`` runs with ``--no-loadscope-reorder``,
+#: so groups start in collection order: these first, each on one worker, and the many short modules fill the
+#: other worker around them (xdist's own order, most tests first, would start these last and leave one worker
+#: alone with them at the end).
+HEAVY_GROUPS = ("book", "run-llama-3.1-70b-h200", "run-qwen3-235b-h200", "run-qwen3-next-80b-h200",
+                "run-deepseek-v3-gb200", "lab", "workbook-signals", "run-nemotron-nano")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        mark = item.get_closest_marker("xdist_group")
+        name = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+        return HEAVY_GROUPS.index(name) if name in HEAVY_GROUPS else len(HEAVY_GROUPS)
+
+    items.sort(key=rank)  # stable: the order within a group and among the rest stays

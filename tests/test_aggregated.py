@@ -9,7 +9,7 @@ import pytest
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.perfmodel import Batch, Efficiency, EngineConfig, build_engine
-from pdtune.perfmodel.aggregated import agg_plan, predict_agg, serving_defaults
+from pdtune.perfmodel.aggregated import agg_plan, agg_prediction, serving_defaults
 from pdtune.topology import parse_topology
 
 #: Round factors so that the arithmetic below is the only thing tested.
@@ -32,8 +32,7 @@ def _t(engine, **batch) -> float:
 def test_one_client_prefills_alone_then_decodes_alone(engine) -> None:
     # C = 1, ISL = OSL = 1024: the prompt is one 1024-token step with nothing else in it (the engine was idle, so no
     # wait), then 1023 decode steps of one request that reads 1024 + 512 cached tokens on average.
-    [p] = predict_agg(engine.spec, engine.gpu, engine.topology, [1], isl=1024, osl=1024, config=engine.config,
-                      efficiency=EFF)
+    [p] = [agg_prediction(engine, agg_plan(engine, 1, 1024, 1024, EFF.arrival_clustering), 1024, 1024, EFF)]
     prefill = _t(engine, tokens=1024, seqs=1, prefill_tokens=1024, attn_pairs=1024 * 1025 / 2, logits=1,
                  ep_tokens=1024)
     decode = _t(engine, tokens=1, seqs=1, attn_pairs=1536, decode_pairs=1536, kv_tokens_read=1536, logits=1,
@@ -141,14 +140,15 @@ def test_groups_beyond_the_nvlink_domain_pay_the_network() -> None:
     # TEP16 on two 8-GPU HGX H200 boards: every all-reduce leaves the node (network bandwidth and latency), so one
     # user decodes slower than on TEP8, although each GPU reads half the weights.
     from pdtune.perfmodel import predict_decode
-    from pdtune.perfmodel.network import collective_cost, scale_out_latency
 
     spec, gpu = load_model("deepseek-v3"), load_gpu("h200")
     [tep8] = predict_decode(spec, gpu, parse_topology("TEP8"), [1], isl=1024, osl=1024)
     [tep16] = predict_decode(spec, gpu, parse_topology("TEP16"), [1], isl=1024, osl=1024)
     assert tep16.tpot_ms > tep8.tpot_ms
-    inside, across = collective_cost(gpu, 8, 1e6, 2, EFF), collective_cost(gpu, 16, 1e6, 2, EFF)
-    assert inside.network_latency_s == 0 and across.network_latency_s == pytest.approx(2 * scale_out_latency("h200"))
-    assert across.transfer_s == pytest.approx(1e6 / (50e9 * 0.8)) and inside.transfer_s == pytest.approx(
-        1e6 / (450e9 * 0.8))
-    assert math.isclose(across.seconds, across.transfer_s + 2 * 10e-6 + 2 * scale_out_latency("h200"))
+    # what the engine prices a collective with: NVLink inside the 8-GPU domain, the NIC (and its latency) beyond
+    from pdtune.perfmodel.network import group_bandwidth, scale_out_latency
+
+    assert not gpu.crosses_network(8) and gpu.crosses_network(16)
+    assert group_bandwidth(gpu, 8, EFF) == pytest.approx(450e9 * 0.8)
+    assert group_bandwidth(gpu, 16, EFF) == pytest.approx(50e9 * 0.8)
+    assert scale_out_latency("h200") == pytest.approx(20e-6)

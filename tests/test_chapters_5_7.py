@@ -7,31 +7,29 @@ a takeaway after the derivations, at least two exercises with folded solutions t
 this goes next", every glued key glued in code, unique chart ids, and no computed number typed into the
 prose (the scanner of ``tests/test_prose_numbers.py``).
 
-Slow checks execute each chapter with papermill for the article's parameters and for each file in
-``data/params/`` (a scenario without prefill or decode sweeps must say so and still run), and drive the
-built book in Chromium: the SLA slider moves the pick, the legend isolates a configuration.
+Slow checks read each chapter's run for the article's parameters (the book build's) and for the files in
+``data/params/`` that ``tests/test_parameter_sets.py`` does not check (the workbook's; a scenario without prefill
+or decode sweeps must say so and still run), each executed once per session (``tests/chapter_runs.py``), and
+drive the built book in Chromium: the SLA slider moves the pick, the legend isolates a configuration.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import re
-import sys
-import time
 import typing
 from pathlib import Path
 from typing import Any
 
 import jupytext
 import nbformat
-import papermill
 import pytest
 
 import test_prose_numbers as prose
-from pdtune.scenario import Scenario, article_scenario
-from pdtune.site.render import STATIC_BUILD_ENV
+from chapter_runs import Runs, group
+from conftest import article_scenario
 from pdtune.model import load_model
+from pdtune.scenario import Scenario
 from pdtune.sweep import load_sweep
 from pdtune.workbook import load_parameters
 
@@ -250,36 +248,26 @@ def _outputs(notebook: nbformat.NotebookNode) -> tuple[str, dict[str, str], list
     return "\n".join(parts), glued, errors
 
 
-def _execute(chapter: str, parameters: dict[str, Any], tmp_path: Path) -> tuple[nbformat.NotebookNode, float]:
-    os.environ[STATIC_BUILD_ENV] = "1"
-    os.environ["JUPYTER_PREFER_ENV_PATH"] = "1"
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    source = tmp_path / f"{chapter}.ipynb"
-    nbformat.write(jupytext.read(NOTEBOOKS / f"{chapter}.md"), source)
-    out = tmp_path / f"{chapter}.out.ipynb"
-    start = time.perf_counter()
-    papermill.execute_notebook(str(source), str(out), parameters=parameters, kernel_name="python3",
-                               cwd=str(NOTEBOOKS), progress_bar=False, log_output=False, execution_timeout=300)
-    return nbformat.read(out, as_version=4), time.perf_counter() - start
-
-
-def _parameter_sets() -> list[str]:
-    """The article's defaults, and the bundled sets that ``tests/test_parameter_sets.py`` does not already run
-    through the workbook (it runs every chapter for four of them and checks their pages)."""
+def _parameter_sets() -> list[Any]:
+    """The article's defaults (the book's run), and the bundled sets that ``tests/test_parameter_sets.py`` does not
+    check (it checks every chapter of four of them)."""
     from test_parameter_sets import SETS
 
-    return ["defaults"] + sorted(p.stem for p in PARAMS.glob("*.yaml") if p.stem not in SETS)
+    names = ["defaults"] + sorted(p.stem for p in PARAMS.glob("*.yaml") if p.stem not in SETS)
+    return [pytest.param(n, marks=pytest.mark.xdist_group(group("article" if n == "defaults" else n))) for n in names]
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("chapter", CHAPTERS)
 @pytest.mark.parametrize("params", _parameter_sets())
-def test_chapter_runs_for_every_parameter_set(chapter: str, params: str, tmp_path: Path) -> None:
+def test_chapter_runs_for_every_parameter_set(chapter: str, params: str, runs: Runs) -> None:
+    """The chapter's run for the set (executed once per session, :mod:`chapter_runs`) has no error, took under a
+    minute, and says what holds for its data."""
     declared = declared_parameters(jupytext.read(NOTEBOOKS / f"{chapter}.md"))
     scenario_values = {} if params == "defaults" else load_parameters(PARAMS / f"{params}.yaml").values()
     values = {k: v for k, v in scenario_values.items() if k in declared}
-    notebook, seconds = _execute(chapter, values, tmp_path)
+    run = runs["article" if params == "defaults" else params]
+    notebook, seconds = run.notebooks[chapter], run.seconds[chapter]
     text, _, errors = _outputs(notebook)
     assert errors == []
     assert seconds < 60, f"{chapter} took {seconds:.1f} s"
@@ -377,18 +365,15 @@ def _glued(notebook: nbformat.NotebookNode) -> dict[str, Any]:
     return values
 
 
-@pytest.fixture(scope="module")
-def article_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """The glued values of every page of chapters 5-7, executed with the article's parameters."""
-    out = {}
-    for chapter in CHAPTERS:
-        notebook, _ = _execute(chapter, {}, tmp_path_factory.mktemp(chapter))
-        out[chapter] = _glued(notebook)
-    return out
+@pytest.fixture()
+def article_pages(runs: Runs) -> dict[str, dict[str, Any]]:
+    """The glued values of every page of chapters 5-7 as the book build executed them (the article's
+    parameters)."""
+    return {chapter: _glued(runs["article"].notebooks[chapter]) for chapter in CHAPTERS}
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("notebooks")
+@pytest.mark.xdist_group(group("article"))
 def test_every_takeaway_reads_the_values_of_the_table_it_summarises(article_pages) -> None:
     """Each takeaway's glued numbers are recomputed here from the frame the page shows beside it: the dense
     examples' tables (chapters 5, 6, 7), the busy share, the ceiling, the KV room and InferenceX's check."""

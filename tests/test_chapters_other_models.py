@@ -1,8 +1,10 @@
 """Chapters 1-4 re-run for other models and GPUs, as the workbook runs them (papermill, kernel ``python3``).
 
-Each chapter must execute without error for a GatedDeltaNet hybrid on an H200-sized GPU, for an MLA model
-with no recurrent state at all, and for a Mamba2 hybrid when its config is bundled; and the bytes per
-request it prints for that model must be what ``pdtune state`` prints for the same settings.
+Each chapter must execute without error for a Mamba2 hybrid (chapters 1-4 alone, with papermill) and for every
+bundled parameter set but the article's (the workbook's runs: a GatedDeltaNet hybrid on H200, an MLA model with
+no recurrent state at all, a dense model, an attention-only MoE), each run once per session
+(``tests/chapter_runs.py``); and the bytes per request it prints for that model must be what ``pdtune state``
+prints for the same settings.
 
 The prose quotes computed numbers through MyST-NB's ``{glue:text}`key:format` `` role. The workbook builds
 its HTML from these executed notebooks with ``-W``, so every key the prose names must be glued by the run,
@@ -12,7 +14,6 @@ with a value the format accepts, for every model (and for the article's defaults
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,13 +22,15 @@ from typing import Any
 
 import jupytext
 import nbformat
-import papermill
 import pytest
 from myst_nb.core.variables import format_plain_text
 
+from chapter_runs import Runs, group
+from conftest import article_scenario
+from pdtune import article
 from pdtune.model import bundled_models
-from pdtune.scenario import Scenario, article_scenario
-from pdtune.site.render import STATIC_BUILD_ENV
+from pdtune.scenario import Scenario
+from pdtune.topology import parse_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -35,36 +38,11 @@ NOTEBOOKS = ROOT / "notebooks"
 CHAPTERS = tuple(p.stem for p in sorted(NOTEBOOKS.glob("0[1-4]_*.md")))
 PDTUNE = Path(sys.executable).parent / "pdtune"
 
-# The article's own parameters run in the book build and in tests/test_parameter_sets.py (every chapter, its
-# glued numbers against pdtune's); these are the other models.
-# (Qwen3-Next on H200 runs as a workbook parameter set in tests/test_parameter_sets.py.)
-CASES: dict[str, dict[str, Any]] = {
-    "deepseek-v3": {"model": "deepseek-v3"},
-    "nemotron-nano": {"model": "nemotron-nano-9b-v2", "gpu_memory_gib": 79.19, "num_speculative_tokens": 0},
-}
-
-
-def _parameters(case: str, chapter: str, notebook: nbformat.NotebookNode) -> dict[str, Any]:
-    """The case's values for the parameters this chapter declares (papermill warns about unknown ones)."""
-    cell = next(c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    declared = {line.split(":", 1)[0].strip() for line in cell.source.splitlines() if ":" in line}
-    return {k: v for k, v in CASES[case].items() if k in declared}
-
-
-def _execute(chapter: str, parameters: dict[str, Any], tmp_path: Path) -> nbformat.NotebookNode:
-    source = jupytext.read(NOTEBOOKS / f"{chapter}.md")
-    # Same environment as a book build: charts reference the bundle, kernels come from this venv.
-    os.environ[STATIC_BUILD_ENV] = "1"
-    os.environ["JUPYTER_PREFER_ENV_PATH"] = "1"
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    input_path = tmp_path / f"{chapter}.ipynb"
-    nbformat.write(source, input_path)
-    out = tmp_path / f"{chapter}.out.ipynb"
-    papermill.execute_notebook(
-        str(input_path), str(out), parameters=parameters, kernel_name="python3", cwd=str(NOTEBOOKS),
-        progress_bar=False, log_output=False,
-    )
-    return nbformat.read(out, as_version=4)
+#: The runs whose chapters 1-4 are checked (each executed once per session, ``tests/chapter_runs.py``): a Mamba2
+#: hybrid no parameter set covers, and every bundled parameter set but the article's (whose own numbers the book
+#: build and ``tests/test_parameter_sets.py`` check): a GatedDeltaNet hybrid on H200, an MLA model with no
+#: recurrent state at all, a dense model, an attention-only MoE.
+RUNS = ("nemotron-nano", "qwen3-next-80b-h200", "deepseek-v3-gb200", "llama-3.1-70b-h200", "qwen3-235b-h200")
 
 
 def _printed(notebook: nbformat.NotebookNode) -> str:
@@ -117,22 +95,24 @@ def _pdtune_state(model: str, *args: str) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
-#: The pages that print one request of the model of the parameters cell, and the `pdtune state` flags of it.
-PRINTS_REQUEST: dict[str, tuple[str, ...]] = {
-    "01_state_hybrid": ("--vllm", "0.11"),  # the unsharded request, the article's arithmetic
-    "03_graphs_estimate": ("--vllm", "0.11"),
-    "04_concurrency_layouts": ("--tp", "4", "--vllm", "0.26.1"),  # one TP4 rank of TP4DP4+EP, no MTP
-}
+#: The pages that print one request of the model of the parameters cell, and the ``pdtune state`` flags of it.
+def _state_flags(s: Scenario, chapter: str) -> tuple[str, ...] | None:
+    if chapter in ("01_state_hybrid", "03_graphs_estimate"):
+        return ("--vllm", "0.11")  # the unsharded request under the article's arithmetic
+    if chapter == "04_concurrency_layouts":
+        # one rank of the reference layout under the serving vLLM, without MTP (the page's plan_state call)
+        tp = parse_topology(article.reference_topology(s.decode_topologies)).tp
+        return ("--tp", str(tp), "--vllm", s.vllm)
+    return None
 
 
-def _expected_lines(case: str, chapter: str) -> list[str]:
-    """The bytes-per-request lines the chapter prints for the case's model, from the CLI."""
-    c = CASES[case]
-    if chapter not in PRINTS_REQUEST:
+def _expected_lines(s: Scenario, chapter: str) -> list[str]:
+    """The bytes-per-request lines the chapter prints for the run's model, from the CLI."""
+    flags = _state_flags(s, chapter)
+    if flags is None:
         return []
-    model, isl, osl = c["model"], c.get("isl", 8192), c.get("osl", 1024)
-    common = ["--isl", str(isl), "--osl", str(osl), "--kv-cache-dtype", c.get("kv_cache_dtype", "fp8")]
-    state = _pdtune_state(model, *common, *PRINTS_REQUEST[chapter])
+    common = ["--isl", str(s.isl), "--osl", str(s.osl), "--kv-cache-dtype", s.kv_cache_dtype]
+    state = _pdtune_state(s.model, *common, *flags)
     pages, page, total = state["blocks_per_request"], state["block_bytes"], state["bytes_per_request"]
     return [f"{pages:,} pages x {page:,} B = {total:,} B"]
 
@@ -166,27 +146,24 @@ def test_parameters_are_scenario_fields_with_scenario_defaults(chapter: str) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("chapter", CHAPTERS)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_chapter_runs_for_another_model(case: str, chapter: str, tmp_path: Path) -> None:
-    if CASES[case]["model"] not in bundled_models():
-        pytest.skip(f"{CASES[case]['model']} is not bundled in data/models")
-    source = jupytext.read(NOTEBOOKS / f"{chapter}.md")
-    params = _parameters(case, chapter, source)
-    if "model" not in _parameter_cell(chapter):
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xdist_group(group(n))) for n in RUNS])
+def test_chapter_runs_for_another_model(name: str, chapter: str, runs: Runs) -> None:
+    run = runs[name]
+    if run.scenario.model not in bundled_models():
+        pytest.skip(f"{run.scenario.model} is not bundled in data/models")
+    if chapter not in run.notebooks:
         pytest.skip(f"{chapter} works a fixed dense model on the scenario's GPU (the workbook runs it)")
-    assert params.get("model") == CASES[case]["model"]
-    executed = _execute(chapter, params, tmp_path)
+    executed = run.notebooks[chapter]
     text = _printed(executed)
-    for line in _expected_lines(case, chapter):
-        assert line in text, f"{chapter} for {case} does not print {line!r}"
+    for line in _expected_lines(run.scenario, chapter):
+        assert line in text, f"{chapter} for {name} does not print {line!r}"
         # the article's numbers stay on the page, labelled as the article's
         assert "article" in text.lower()
     # every number the prose quotes was glued by this run, and formats
     markdown = (NOTEBOOKS / f"{chapter}.md").read_text(encoding="utf-8")
     problems = glue_problems(markdown, executed)
-    assert problems == [], f"{chapter} for {case}:\n" + "\n".join(problems)
+    assert problems == [], f"{chapter} for {name}:\n" + "\n".join(problems)
 
 
 def test_glue_problems_finds_missing_keys_and_bad_formats() -> None:

@@ -17,14 +17,26 @@ from pdtune.site import render, vendor
 from pdtune.site.render import STATIC_BUILD_ENV
 
 
+def reset_page() -> None:
+    """Forget the ids and the inline bundle of the session, as a new kernel starts."""
+    render._shown_ids.clear()
+    render._bundle_sent = False
+
+
+def chart_html(chart, chart_id: str) -> str:  # type: ignore[no-untyped-def]
+    """The static-page HTML of ``chart`` (no bundle): what :func:`render.show` displays in the static build."""
+    render._check_chart_id(chart_id)
+    return render.spec_html(chart.to_dict(), render.ID_PREFIX + chart_id)
+
+
 @pytest.fixture(autouse=True)
 def fresh_page(monkeypatch: pytest.MonkeyPatch):
     """Each test starts a new 'page' and never pays for (or depends on) the real 900 kB bundle."""
-    render.reset_page()
+    reset_page()
     monkeypatch.setattr(vendor, "vega_bundle_js", lambda: "/* stand-in bundle */ window.vegaEmbed = 1;")
     monkeypatch.delenv(STATIC_BUILD_ENV, raising=False)
     yield
-    render.reset_page()
+    reset_page()
 
 
 @pytest.fixture
@@ -48,14 +60,14 @@ def _spec_in(html: str, element_id: str) -> dict:
 
 def test_chart_html_has_the_stable_id_and_the_chart_spec() -> None:
     chart = _chart()
-    html = render.chart_html(chart, "tps-per-gpu")
+    html = chart_html(chart, "tps-per-gpu")
     assert '<div id="pdtune-tps-per-gpu" class="pdtune-chart"></div>' in html
     assert _spec_in(html, "pdtune-tps-per-gpu") == chart.to_dict()
     assert "window.vegaEmbed(el, spec" in html
 
 
 def test_chart_html_references_nothing_remote() -> None:
-    html = render.chart_html(_chart(), "c")
+    html = chart_html(_chart(), "c")
     assert "<script src" not in html and "<link" not in html
     # The only URL is the spec's $schema string, which vega-embed reads as a version and never fetches.
     urls = set(re.findall(r"https?://[^\"'\s]+", html))
@@ -64,7 +76,7 @@ def test_chart_html_references_nothing_remote() -> None:
 
 def test_data_cannot_close_the_script_element() -> None:
     chart = _chart().encode(tooltip="label:N").transform_calculate(label="'</script><b>x</b>'")
-    html = render.chart_html(chart, "escaped")
+    html = chart_html(chart, "escaped")
     assert html.count("</script>") == 2  # the spec's own and the embed script's
     assert _spec_in(html, "pdtune-escaped") == chart.to_dict()
 
@@ -72,7 +84,7 @@ def test_data_cannot_close_the_script_element() -> None:
 @pytest.mark.parametrize("bad", ["", "Upper", "two words", "under_score", "-lead", "trail-", "a--b", 7])
 def test_chart_ids_are_checked(bad: object) -> None:
     with pytest.raises(ValueError, match="chart_id"):
-        render.chart_html(_chart(), bad)  # type: ignore[arg-type]
+        chart_html(_chart(), bad)  # type: ignore[arg-type]
 
 
 def test_static_build_output_leaves_the_bundle_to_the_page(monkeypatch, displayed) -> None:

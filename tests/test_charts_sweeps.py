@@ -18,9 +18,9 @@ import vl_convert as vlc
 
 import pdtune.charts  # noqa: F401  (the book's theme)
 from pdtune.capacity import kv_room
-from pdtune.chapters import decode as ch6, frontier as ch7, prefill as ch5
+from pdtune.chapters import frontier as ch7, prefill as ch5
 from pdtune.charts.frontier import SLIDER, curves_chart, predicted_chart, sla_chart
-from pdtune.charts.sweeps import LEGEND_NAME, kv_room_chart, margin_chart, note_chart, sweep_chart
+from pdtune.charts.sweeps import LEGEND_NAME, note_chart, sweep_chart
 from pdtune.frontier import sla_pick
 from pdtune.model import load_model
 from pdtune.scenario import Scenario
@@ -51,9 +51,7 @@ def _charts(d: dict[str, Any]) -> dict[str, Any]:
     real = d["real"]
     return {
         "prefill": sweep_chart(d["prefill"], best_p),
-        "margins": margin_chart(best_p, d["prefill"]),
         "decode": sweep_chart(d["decode"], best_d, log_y=True),
-        "room": kv_room_chart(d["decode"], d["room"], ch6.winners(best_d)),
         "curves": curves_chart(d["disagg"].frame, d["env"]),
         "sla": sla_chart(d["disagg"].frame, d["env"], min_tps_per_user=50.0),
         "predicted": predicted_chart(d["pred"], d["disagg"].frame),
@@ -100,7 +98,7 @@ def test_every_chart_renders_and_fits_the_column(svgs: dict[str, str]) -> None:
         assert width <= MAX_WIDTH, (name, width)
 
 
-@pytest.mark.parametrize("name", ["prefill", "margins", "decode", "room", "curves", "predicted", "real-curves"])
+@pytest.mark.parametrize("name", ["prefill", "decode", "curves", "predicted", "real-curves"])
 def test_a_legend_isolates(specs: dict[str, dict[str, Any]], name: str) -> None:
     params = [p for p in _walk(specs[name], "params") for p in p]
     bound = [p for p in params if p.get("bind") == "legend"]
@@ -110,7 +108,7 @@ def test_a_legend_isolates(specs: dict[str, dict[str, Any]], name: str) -> None:
     assert bound[0]["name"] in conditions
 
 
-@pytest.mark.parametrize("name", ["prefill", "decode", "room", "curves", "sla", "predicted", "real-curves"])
+@pytest.mark.parametrize("name", ["prefill", "decode", "curves", "sla", "predicted", "real-curves"])
 def test_tooltips_name_deployment_concurrency_and_file(specs: dict[str, dict[str, Any]], name: str) -> None:
     fields = _tooltip_fields(specs[name])
     assert {"deployment", "concurrency"} <= fields, (name, fields)
@@ -118,7 +116,7 @@ def test_tooltips_name_deployment_concurrency_and_file(specs: dict[str, dict[str
 
 
 def test_axis_titles_say_what_is_divided_by_what(specs: dict[str, dict[str, Any]]) -> None:
-    for name in ("prefill", "decode", "room", "margins", "curves", "sla", "predicted", "real-curves"):
+    for name in ("prefill", "decode", "curves", "sla", "predicted", "real-curves"):
         titles = _titles(specs[name])
         assert any("÷" in t for t in titles), (name, titles)
     assert any("all GPUs (prefill + decode)" in t for t in _titles(specs["curves"]))
@@ -126,7 +124,7 @@ def test_axis_titles_say_what_is_divided_by_what(specs: dict[str, dict[str, Any]
 
 
 def test_modeled_and_measured_are_marked(specs: dict[str, dict[str, Any]]) -> None:
-    for name in ("prefill", "margins", "decode", "room", "curves", "sla", "predicted"):
+    for name in ("prefill", "decode", "curves", "sla", "predicted"):
         subtitle = " ".join(specs[name]["title"]["subtitle"])
         assert subtitle.startswith("Modeled") and "not a measurement" in subtitle, name
     for name in ("real-curves", "real-sla"):
@@ -181,12 +179,8 @@ def test_the_slider_starts_at_the_parameter(specs) -> None:
 
 def test_empty_sweeps_draw_a_note() -> None:
     empty = load_sweep("decode", [])
-    room = kv_room(empty, load_model(S.model), gpu_memory_gib=1.0, gpu_memory_utilization=0.9,
-                             non_torch_gib=0.0, activation_peak_gib=0.0, cudagraph_estimate_gib=0.0,
-                             kv_cache_dtype="fp8", vllm="0.26.1", num_speculative_tokens=0, isl=1, osl=2)
     expected = {
-        "decode_results": [sweep_chart(empty), margin_chart(ch5.best_table(empty), empty),
-                           kv_room_chart(empty, room), note_chart(empty.note)],
+        "decode_results": [sweep_chart(empty), note_chart(empty.note)],
         "No disaggregated sweep": [curves_chart(empty.frame), sla_chart(empty.frame, empty.frame, min_tps_per_user=5)],
         "rate matching": [predicted_chart(ch7.predict(empty, empty, empty.frame, osl=2), empty.frame)],
     }

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pdtune.cli import main
-from pdtune.dataset import DatasetSpec, generated_files, load_params
+from pdtune.dataset import DatasetSpec, generated_files, read_params, spec_from_params
 from pdtune.paths import clusters_dir
 from pdtune.results import load_results
 
@@ -20,7 +20,8 @@ GB300 = clusters_dir() / "gb300-qwen3.8-modeled"
 def test_the_default_datasets_parameters_file_is_the_default_spec() -> None:
     """data/clusters/gb300-qwen3.8-modeled/dataset.yaml names exactly what `pdtune dataset generate` uses, so
     the committed dataset (byte-checked by test_dataset.py) is also what the file generates."""
-    assert load_params(GB300 / "dataset.yaml") == DatasetSpec()
+    path = GB300 / "dataset.yaml"
+    assert spec_from_params(read_params(path), str(path)) == DatasetSpec()
 
 
 def test_params_file_reproduces_the_h200_folder_byte_for_byte(tmp_path: Path) -> None:

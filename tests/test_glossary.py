@@ -28,11 +28,7 @@ REQUIRED = ("layout notation", "rate matching", "roofline", "SLA", "prefix cachi
 NOT_CHECKED = {"page"}
 
 #: Pages whose terms are not linked at first use yet, with who is linking them.
-LINKING_PENDING: dict[str, str] = {
-    "notebooks/05_prefill.md": "bookiso (issue 21)",
-    "notebooks/06_decode.md": "bookiso (issue 21)",
-    "notebooks/07_frontier.md": "bookiso (issue 21)",
-}
+LINKING_PENDING: dict[str, str] = {}
 
 
 def glossary_text() -> str:

@@ -34,7 +34,7 @@ from pdtune.model import load_model
 from pdtune.perfmodel import roofline
 from pdtune.perfmodel.inferencex import read_points
 from pdtune.scenario import Scenario
-from pdtune.sweep import Sweep, label, load_sweep, sweep_summary
+from pdtune.sweep import Sweep, label, load_sweep
 
 S = Scenario()
 SPEC = load_model(S.model)
@@ -85,10 +85,9 @@ def test_a_scenario_without_results_gives_empty_frames_and_a_note() -> None:
     assert ch5.winner_runs(best).empty
     assert set(ch5.findings(empty, ch5.PREFILL_CLAIMS)["verdict"]) == {"no data"}
     for frame in (ch5.prefill_capacity(empty), ch5.peak_capacity(empty), ch5.busy_share(empty),
-                  sweep_summary(empty), kv_room(empty, SPEC, **MEMORY),
+                  kv_room(empty, SPEC, **MEMORY),
                   ch5.engines_needed(ch5.peak_capacity(empty), 10.0)):
         assert frame.empty and len(frame.columns) > 2
-    assert display.first_row(best) == {}
     assert empty.workload is None and empty.workload_or(8192, 1024) == (8192, 1024)
     assert ch6.high_end(empty, kv_room(empty, SPEC, **MEMORY), best).empty
     gate = ch7.gate_summary(load_sweep("disagg", []), 0.95)
@@ -187,7 +186,7 @@ def test_findings_verdicts_on_a_small_sweep() -> None:
     ([], None, display.MISSING),
 ])
 def test_concurrencies_are_written_as_runs(values, grid, text) -> None:
-    assert display._concurrency_list(values, grid) == text
+    assert display.concurrency_list(values, grid) == text
 
 
 # ------------------------------------------------------------------------------------------ prefill
@@ -199,11 +198,12 @@ def test_busy_share_and_saturation(prefill: Sweep) -> None:
     assert busy.loc["TP2DP4+EP", "busy_at_1"] == 0.25 and busy.loc["TP2DP4+EP", "busy_at_4"] == 1.0
     assert busy.loc["TP1PP6+EP", "busy_at_2"] == pytest.approx(2 / 6)
     # in the modeled data every layout reaches its best at the first concurrency that feeds every slot
-    summary = sweep_summary(prefill).set_index("deployment")
-    grid = sorted(prefill.frame["concurrency"].unique())
+    f = prefill.frame
+    best_at = f.loc[f.groupby("deployment")["tps_per_gpu"].idxmax()].set_index("deployment")["concurrency"]
+    grid = sorted(f["concurrency"].unique())
     for dep, row in busy.iterrows():
         slots = row["dp"] * row["pp"]
-        assert summary.loc[dep, "at_concurrency"] == min(c for c in grid if c >= slots), dep
+        assert best_at[dep] == min(c for c in grid if c >= slots), dep
 
 
 def test_prefill_capacity_is_concurrency_over_ttft(prefill: Sweep) -> None:
@@ -435,6 +435,14 @@ def test_inferencex_rows_get_the_decode_layout_their_file_records() -> None:
     assert gap["points"] == len(roomy) == 8
     assert gap["predicted-max"] < gap["measured-min"]  # the steady state has no queue: far below every one
     assert gap["full-predicted"] > gap["full-measured"]  # the full decode side: the one wait it adds overshoots
+
+
+def test_headers_are_words_without_stray_spaces_and_unique_in_a_table(decode: Sweep, room: pd.DataFrame) -> None:
+    """A header made unique with a trailing space ("MTP ahead ") reads as a duplicate on the page."""
+    assert [h for h in display.HEADERS.values() if h != h.strip() or "  " in h] == []
+    effect = ch6.mtp_effect(decode, room)
+    headers = [display.header(c) for c in effect.columns]
+    assert len(set(headers)) == len(headers), headers
 
 
 def test_number() -> None:

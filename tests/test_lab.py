@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from test_browser import CHROMIUM, LAUNCH_ARGS, _is_local
+from pdtune.site.pagecheck import CHROMIUM, LAUNCH_ARGS, is_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lab")]
 
@@ -103,7 +103,7 @@ def test_lab_runs_a_chapter_and_its_explorer_responds(tmp_path: Path) -> None:
             context.set_default_timeout(60_000)
 
             def route(r) -> None:
-                if _is_local(r.request.url):
+                if is_local(r.request.url):
                     r.continue_()
                 else:  # never reach the internet, and say so
                     outside.append(r.request.url)

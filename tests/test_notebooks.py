@@ -1,4 +1,4 @@
-"""Every chapter listed in _toc.yml executes top to bottom with papermill, in this venv's kernel.
+"""Every chapter listed in _toc.yml executes top to bottom, in this venv's kernel (the book build's execution).
 
 A chapter that nobody has written yet is skipped with its name; the parameters-cell convention of
 notebooks/README.md (one cell tagged ``parameters``, typed assignments with a comment each) is checked
@@ -15,6 +15,7 @@ import nbformat
 import papermill
 import pytest
 
+from chapter_runs import Runs, group
 from conftest import ROOT, toc_chapters
 
 CHAPTERS = toc_chapters()
@@ -62,23 +63,17 @@ def test_chapter_has_one_typed_parameters_cell(entry: str, source: Path | None, 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(group("article"))
 @pytest.mark.parametrize(("entry", "source"), CHAPTERS, ids=[e for e, _ in CHAPTERS])
-def test_chapter_executes(entry: str, source: Path | None, tmp_path: Path) -> None:
+def test_chapter_executes(entry: str, source: Path | None, runs: Runs) -> None:
+    """Every chapter ran top to bottom in the book's build (its execute step, the article's run of
+    ``tests/chapter_runs.py``: this venv's kernel, each in its own folder), and no cell left an error."""
     source = _source_or_skip(entry, source)
-    executed = tmp_path / f"{source.stem}.executed.ipynb"
-    # Run where the book runs it (the notebook's folder); a failing cell raises PapermillExecutionError.
-    papermill.execute_notebook(
-        str(_to_ipynb(source, tmp_path)),
-        str(executed),
-        kernel_name=KERNEL,
-        cwd=str(source.parent),
-        progress_bar=False,
-        execution_timeout=300,
-    )
-    outputs = nbformat.read(executed, as_version=4)
-    code = [c for c in outputs.cells if c.cell_type == "code"]
+    executed = runs["article"].notebooks.get(source.stem)
+    assert executed is not None, f"{entry} is not in the book build's cache"
+    code = [c for c in executed.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.get("outputs", []) if o.output_type == "error"]
-    assert errors == []
+    assert code and errors == []
 
 
 def test_the_python3_kernel_is_this_venvs(tmp_path: Path) -> None:

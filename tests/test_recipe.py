@@ -35,7 +35,7 @@ from pdtune.recipe import (
     write_recipes,
 )
 from pdtune.results.srt_slurm import load_recipe
-from pdtune.vllm_args import bundled_versions, config_problems, parse_command, value_problem, value_rules
+from pdtune.vllm_args import config_problems, parse_command, value_problem, value_rules
 from pdtune.topology import parse_topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "srt_slurm_recipes"
@@ -471,7 +471,8 @@ def test_dynamo_and_vllm_versions_belong_together() -> None:
                                                                           "vllm/vllm-openai:v0.31.0", False)
     assert dynamo_release("0.26.0") == (next(r for r in dynamo_pins() if r.version == "1.4.2"), True)
     # Every image a recipe names has its flag list bundled, so its flags are checked against its own vLLM.
-    assert {r.vllm for r in dynamo_pins()[:1]} | {"0.33.0"} <= set(bundled_versions())
+    bundled = {p.name[len("engine-args-"):-len(".txt")] for p in (REPO / "data" / "vllm").glob("engine-args-*.txt")}
+    assert {r.vllm for r in dynamo_pins()[:1]} | {"0.33.0"} <= bundled
 
 
 def test_recipes_declare_their_versions_for_srt_slurm_to_verify(article: dict[str, Any]) -> None:

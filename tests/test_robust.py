@@ -8,7 +8,6 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -119,27 +118,23 @@ def test_results_o_through_a_link(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_dataset_generate_removes_what_a_killed_run_left(tmp_path: Path) -> None:
-    """Cause 12: ``dataset generate`` killed mid-swap leaves ``.out.new-*`` and ``.out.old-*``; the next run
-    removes them, first putting back an old entry that no new one replaced."""
+    """Cause 12: ``dataset generate`` killed between the two renames of its swap leaves the previous dataset in
+    ``.out.pdtune-old`` and the new one in ``.out.pdtune-new``, and no ``out``; the next run puts the previous one
+    back (its README too), removes the rest, and regenerates."""
+    import shutil
+
     from pdtune.dataset import DatasetSpec, spec_from_params
 
     out = tmp_path / "out"
     spec: DatasetSpec = spec_from_params({"concurrencies": [1, 8]}, "test")
     generate_dataset(out, spec)
-    new = tmp_path / ".out.new-killed"
-    (new / "prefill").mkdir(parents=True)
-    old = tmp_path / ".out.old-killed"
-    (old / "decode").mkdir(parents=True)
-    (old / "decode" / "kept.json").write_text("{}", encoding="utf-8")
-    import shutil
-
-    shutil.rmtree(out / "decode")  # the kill fell between moving the old decode/ aside and the new one in
-    past = time.time() - 60
-    for folder in (new, old):
-        os.utime(folder, (past, past))
+    (out / "README.md").write_text("mine\n", encoding="utf-8")
+    shutil.copytree(out, tmp_path / ".out.pdtune-new")
+    out.rename(tmp_path / ".out.pdtune-old")
+    (tmp_path / ".out.pdtune-lock").write_text("4242\n", encoding="utf-8")
     generate_dataset(out, spec)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert (out / "decode").is_dir() and not (out / "decode" / "kept.json").exists()  # regenerated after
+    assert (out / "README.md").read_text(encoding="utf-8") == "mine\n" and (out / "decode").is_dir()
 
 
 def test_command_line_needs_no_data(tmp_path: Path) -> None:

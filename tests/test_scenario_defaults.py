@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import article_scenario
 from pdtune import article, versions
 from pdtune.cli import build_parser, main
-from pdtune.scenario import Scenario, article_scenario, fill_defaults, layout_problem
+from pdtune.scenario import Scenario, fill_defaults, layout_problem
 from pdtune.model import load_model
 from pdtune.workbook import load_parameters, read_chapter, read_parameters_cell
-from pdtune.workbook.parameters import book_chapters
+from pdtune.workbook import book_chapters
 from pdtune.workbook.summary import key_numbers
 from pdtune.paths import REPO_ROOT
 

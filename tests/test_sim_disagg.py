@@ -9,14 +9,14 @@ import pytest
 
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.engine import EngineConfig, build_engine
 from pdtune.sim import closed_loop
 from pdtune.sim.disagg import simulate_disagg
 from pdtune.topology import parse_topology
 from pdtune.transfer import load_link
 
-EFF = default_efficiency("h200")
+EFF = gpu_defaults("h200").efficiency
 
 
 @cache

@@ -10,12 +10,12 @@ import numpy as np
 
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.engine import EngineConfig, build_engine
 from pdtune.sim import SimConfig, closed_loop, simulate
 from pdtune.topology import parse_topology
 
-EFF = default_efficiency("h100")
+EFF = gpu_defaults("h100").efficiency
 
 
 @cache

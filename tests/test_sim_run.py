@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.engine import EngineConfig, build_engine
 from pdtune.results.schema import TIDY_COLUMNS
 from pdtune.sim import SimConfig, closed_loop, open_loop, simulate, trace
 from pdtune.topology import parse_topology
 
-EFF = default_efficiency("h100")
+EFF = gpu_defaults("h100").efficiency
 
 
 @cache
@@ -81,7 +81,7 @@ def test_mtp_drafts_keep_1_plus_k_times_a_tokens_per_step_on_average() -> None:
     gpu = load_gpu("h200")
     engine = build_engine(spec, gpu, parse_topology("TP8"), isl=512, osl=200, mtp_tokens=1,
                           config=EngineConfig(vllm="0.33", max_num_batched_tokens=8192, max_num_seqs=256))
-    result = simulate(engine, closed_loop(8, 512, 200, num_prompts=16), efficiency=default_efficiency("h200"),
+    result = simulate(engine, closed_loop(8, 512, 200, num_prompts=16), efficiency=gpu_defaults("h200").efficiency,
                       config=SimConfig(acceptance=0.5))
     tokens = np.concatenate([np.asarray(r.chunk_tokens[1:]) for r in result.records])
     assert set(tokens) <= {1, 2}
@@ -96,7 +96,7 @@ def test_moe_dp_ranks_step_in_lockstep_behind_the_load_balancer() -> None:
     gpu = load_gpu("h200")
     engine = build_engine(spec, gpu, parse_topology("TP1DP4+EP"), isl=256, osl=32,
                           config=EngineConfig(vllm="0.33", max_num_batched_tokens=4096, max_num_seqs=256))
-    result = simulate(engine, closed_loop(8, 256, 32, num_prompts=8), efficiency=default_efficiency("h200"))
+    result = simulate(engine, closed_loop(8, 256, 32, num_prompts=8), efficiency=gpu_defaults("h200").efficiency)
     assert result.meta["dp_lockstep"] and list(result.timelines) == ["engine"]
     ranks = [r.engine for r in result.records]
     assert sorted(np.bincount(ranks, minlength=4)) == [2, 2, 2, 2]
@@ -187,7 +187,7 @@ def test_the_fast_path_is_exact_with_sliding_windows_under_kv_pressure(caching: 
                                               gpu_memory_utilization=0.52, kv_cache_dtype="auto",
                                               overheads_gib=(5.6, 0.55, 0.0)))
     load = closed_loop(96, 3000, 300, num_prompts=192, harness="aiperf", warmups=32)
-    fast, slow = (simulate(engine, load, efficiency=default_efficiency("h200"),
+    fast, slow = (simulate(engine, load, efficiency=gpu_defaults("h200").efficiency,
                            config=SimConfig(fast_path=f, enable_prefix_caching=caching)) for f in (True, False))
     assert slow.preemptions > 0 and max(slow.timelines["engine"].waiting) > 0
     assert [(r.chunks, r.chunk_tokens, r.preemptions) for r in fast.records] == \

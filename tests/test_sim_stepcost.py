@@ -11,7 +11,7 @@ import pytest
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.perfmodel.aggregated import agg_config
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.engine import Batch, build_engine
 from pdtune.sim.stepcost import StepCost
 from pdtune.topology import parse_topology
@@ -25,7 +25,7 @@ def test_cached_step_cost_equals_the_engine_model(model: str, topology: str, gpu
     g = load_gpu(gpu)
     engine = build_engine(load_model(model), g, parse_topology(topology), isl=1024, osl=128,
                           config=agg_config(g, None, "0.33"))
-    eff = default_efficiency(gpu)
+    eff = gpu_defaults(gpu).efficiency
     cost = StepCost(engine, eff)
     rng = random.Random(1)
     for _ in range(60):
@@ -58,7 +58,7 @@ def test_a_decode_run_timed_at_once_equals_its_steps(model: str, topology: str, 
     g = load_gpu(gpu)
     engine = build_engine(load_model(model), g, parse_topology(topology), isl=1024, osl=128,
                           config=agg_config(g, None, "0.33"))
-    cost = StepCost(engine, default_efficiency(gpu))
+    cost = StepCost(engine, gpu_defaults(gpu).efficiency)
     n, kv0, k, ep = 24, 2000.0, 300, 24.0 * engine.topology.dp
     run = cost.decode_run_seconds(n, kv0, k, ep)
     for j in (0, 1, 57, 150, 299):
@@ -71,12 +71,12 @@ def test_with_efficiency_shares_the_terms() -> None:
     g = load_gpu("h200")
     engine = build_engine(load_model("llama-3.1-70b"), g, parse_topology("TP4"), isl=1024, osl=128,
                           config=agg_config(g, None, "0.33"))
-    eff = default_efficiency("h200")
+    eff = gpu_defaults("h200").efficiency
     cost = StepCost(engine, eff)
     batch = Batch(tokens=64, seqs=64, attn_pairs=70_000, decode_pairs=70_000, kv_tokens_read=69_000, logits=64,
                   ep_tokens=64)
     cost.seconds(batch)
     n = cost.evaluations
-    other = cost.with_efficiency(default_efficiency("h100"))
-    assert other.seconds(batch) == pytest.approx(engine.step_time(batch, default_efficiency("h100")).total, rel=1e-12)
+    other = cost.with_efficiency(gpu_defaults("h100").efficiency)
+    assert other.seconds(batch) == pytest.approx(engine.step_time(batch, gpu_defaults("h100").efficiency).total, rel=1e-12)
     assert other.evaluations == 0 and cost.evaluations == n  # no new terms were built

@@ -77,29 +77,6 @@ def test_breakdown_always_sums_to_bytes_per_request(
     assert 0.0 <= ch1.recurrent_share(plan) < 1.0
 
 
-def test_attention_only_model_has_no_recurrent_rows() -> None:
-    plan = plan_state(load_model("deepseek-v3"), max_model_len=LEN, vllm="0.11")
-    summary = ch1.state_summary(ch1.with_article(plan))
-    col = summary.columns[1]
-    assert summary.loc["conv state bytes per request per layer", col] is None
-    assert summary.loc["bytes per request", col] == plan.bytes_per_request
-    assert ch1.recurrent_share(plan) == 0.0
-    assert not ch1.has_recurrent_state(plan.model)
-
-
-def test_summary_of_the_article() -> None:
-    summary = ch1.state_summary(ch1.with_article(article.article_plan()))
-    assert summary.shape[1] == 1  # the article's plan is not repeated
-    col = summary.iloc[:, 0]
-    assert col["attention bytes per token per layer"] == 2048
-    assert col["recurrent state in attention tokens"] == 2108.0
-    assert col["block size (tokens)"] == 2112
-    assert col["page bytes (one layer, one block)"] == 2112 * 2 * KiB
-    assert col["KV cache groups x layer slots"] == "4 x 23"
-    assert col["pages per request"] == 184
-    assert col["MiB per request"] == article.constants()["per_request_state"]
-
-
 def test_version_plans_grow_with_mtp_and_prefix_caching() -> None:
     plans = ch1.version_plans(QWEN, max_model_len=LEN, kv_cache_dtype="fp8", vllm="0.26.1",
                                  num_speculative_tokens=3)
@@ -109,18 +86,6 @@ def test_version_plans_grow_with_mtp_and_prefix_caching() -> None:
     no_mtp = ch1.version_plans(QWEN, max_model_len=LEN, kv_cache_dtype="fp8", vllm="0.33",
                                   num_speculative_tokens=0)
     assert len(no_mtp) == 3  # 0.11, 0.33 plain, 0.33 with prefix caching
-
-
-def test_tp_sweep_of_the_article() -> None:
-    plans = ch1.tp_plans_compared(QWEN, max_model_len=LEN, kv_cache_dtype="fp8", vllm="0.26.1",
-                                     num_speculative_tokens=3)
-    sweep = ch1.tp_sweep(plans).set_index("plan")
-    old = sweep[sweep.index.str.contains("0.11")]
-    assert list(old["block_tokens"]) == [2112, 2112, 2112, 1056]
-    assert list(old["mib_per_request_rank"]) == [759.0, 379.5, 189.75, 142.3125]
-    assert list(old["all_ranks_vs_tp1"]) == [1.0, 1.0, 1.0, 1.5]  # 4 KV heads replicate at TP8
-    new = sweep[sweep.index.str.contains("0.26.1")]
-    assert new["all_ranks_vs_tp1"].iloc[0] == 1.0  # compared with TP1 of the same line, not with 0.11
 
 
 def test_tp_plans_skip_sizes_that_do_not_divide() -> None:
@@ -224,17 +189,6 @@ def test_modeled_waterfall_differs_from_run_7_by_the_weights_residual() -> None:
     residual = article.weights_recomputed().set_index(["topology", "mtp"]).loc[("TP4DP4", False), "residual_gib"]
     gap = (modeled.kv_cache() - article.article_waterfall(7).kv_cache()) / GiB
     assert gap == pytest.approx(residual, abs=0.01)
-
-
-def test_overhead_readings_bracket_the_articles_20_gib() -> None:
-    o = ch2.overhead_readings()
-    assert o["not_weights_nor_kv_gib"].min() == pytest.approx(24.34)
-    assert o["not_weights_nor_kv_gib"].max() == pytest.approx(36.26)
-    assert o["measured_parts_gib"].min() == pytest.approx(4.74)
-    assert o["measured_parts_gib"].max() == pytest.approx(17.26)
-    # neither reading is "about 20 GiB in every run"
-    assert not ((o["not_weights_nor_kv_gib"] - 20).abs() < 2).all()
-    assert not ((o["measured_parts_gib"] - 20).abs() < 2).all()
 
 
 @given(u=st.floats(0.5, 0.99))

@@ -172,13 +172,13 @@ def test_measured_disaggregated_frontier_with_ratios() -> None:
     # beside it as predicted / measured.
     from pdtune.gpus import load_gpu
     from pdtune.model import load_model
-    from pdtune.perfmodel.defaults import default_efficiency
+    from pdtune.perfmodel.defaults import gpu_defaults
     from pdtune.perfmodel.validation import measured_frontier, select_rows, validate_rows
     from pdtune.results import load_results
 
     sel = select_rows(load_results(SILICON), "kimi-k2.5", "gb200")
     assert sel.used == 14 and set(sel.rows["mode"]) == {"disagg"}
-    points = validate_rows(sel.rows, load_model("kimi-k2.5"), load_gpu("gb200"), default_efficiency("gb200"))
+    points = validate_rows(sel.rows, load_model("kimi-k2.5"), load_gpu("gb200"), gpu_defaults("gb200").efficiency)
     front = measured_frontier(points)
     assert 0 < len(front) <= 14
     for _, group in front.groupby(["isl", "osl"]):

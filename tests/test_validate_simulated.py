@@ -18,7 +18,7 @@ from pdtune.cli import main
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.validation import TAILS, validate_rows
 from pdtune.results import load_results
 
@@ -66,7 +66,7 @@ def test_simulated_rows_are_conserved_and_tails_ordered() -> None:
     bad.loc[10_000_001, "topology"] = None
     bad.loc[10_000_002, "topology"] = "TP8Q9"
     rows = pd.concat([rows, bad])
-    spec, gpu, eff = load_model("llama-3.1-70b"), load_gpu("h200"), default_efficiency("h200")
+    spec, gpu, eff = load_model("llama-3.1-70b"), load_gpu("h200"), gpu_defaults("h200").efficiency
     sim = validate_rows(rows, spec, gpu, eff, latency_model="simulated")
     steady = validate_rows(rows, spec, gpu, eff)
     assert len(sim) == len(steady) == len(rows) and list(sim["row"]) == list(rows.index)

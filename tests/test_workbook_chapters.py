@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chapter_runs import Runs, group
+from conftest import article_scenario
 from pdtune.cli import main
 from pdtune.paths import REPO_ROOT
-from pdtune.scenario import Scenario, article_scenario
+from pdtune.scenario import Scenario
 from pdtune.workbook import SUMMARY_JSON, book_chapters, load_parameters, read_chapter, read_parameters_cell
 from pdtune.workbook.summary import key_numbers
 
@@ -70,24 +72,23 @@ def _runnable(params_file: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("notebooks")
-@pytest.mark.parametrize(("name", "html"), [("deepseek-v3-gb200", False)])  # the others: test_parameter_sets.py
-def test_bundled_parameter_set_runs_every_chapter(
-    name: str, html: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.mark.parametrize("name", [pytest.param("deepseek-v3-gb200", marks=pytest.mark.xdist_group(
+    group("deepseek-v3-gb200")))])  # the others: test_parameter_sets.py
+def test_bundled_parameter_set_runs_every_chapter(name: str, runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
+    """The workbook's run of the set (once per session, ``tests/chapter_runs.py``): every chapter ran, and its
+    summary is this model's (``pdtune state``'s numbers), not the article's."""
     params_file = _runnable(PARAMS / f"{name}.yaml")
-    out = tmp_path / "OUT"
-    argv = ["workbook", str(params_file), "--out", str(out), "--quiet"] + (["--html"] if html else [])
-    status = main(argv)
-    captured = capsys.readouterr()
-    assert status == 0, captured.out + captured.err
+    run = runs[name]
+    capsys.readouterr()  # what the run printed, if this test made it
+    out = run.out
+    html = run.html is not None
     summary = json.loads((out / SUMMARY_JSON).read_text(encoding="utf-8"))
     assert [c["status"] for c in summary["chapters"]] == ["ok"] * len(CHAPTERS)
     values = load_parameters(params_file).values()
     from exercises import solution_problems
 
     for c in CHAPTERS:
-        notebook = json.loads((out / c.notebook).read_text(encoding="utf-8"))
+        notebook = run.notebooks[c.name]
         errors = [o for cell in notebook["cells"] for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         assert errors == [], c.name
         assert solution_problems(out / c.notebook) == [], c.name  # every exercise's solution ran (tests/exercises.py)

@@ -19,13 +19,15 @@ from pdtune.guarded import bundled, read_frame
 from pdtune.memory import Accounting, Waterfall, cudagraph_plan, weights_per_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.paths import article_dir
+from pdtune.scenario import Scenario
 from pdtune.state import StatePlan, plan_state
 from pdtune.topology import parse_topology
 from pdtune.units import GiB, MiB, from_gib
 
-MODEL = "qwen3.8-2.4t"
-ISL, OSL = 8192, 1024
-KV_CACHE_DTYPE = "fp8"
+_SETUP = Scenario()
+
+#: The article's model and workload: the defaults of :class:`pdtune.scenario.Scenario`, the one place they are written.
+MODEL, ISL, OSL, KV_CACHE_DTYPE = _SETUP.model, _SETUP.isl, _SETUP.osl, _SETUP.kv_cache_dtype
 #: the vLLM the article ran (v0.26.1rc1.dev1177+ga9a17e709); its per-request arithmetic is 0.11's
 ARTICLE_VLLM = "0.26.1"
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from pdtune import __version__
 from pdtune import limits
 from pdtune.errors import InputError, brief
 from pdtune.gpus import load_gpu
-from pdtune.io import output_folder, read_mapping, release, remove_stale, staging_dir
+from pdtune.io import FolderSwap, read_mapping
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
@@ -374,53 +373,15 @@ def write_tree(root: Path, spec: DatasetSpec) -> list[Path]:
 def generate_dataset(out: str | os.PathLike[str] | None = None, spec: DatasetSpec | None = None) -> Path:
     """Generate the dataset into ``out`` (default: the committed folder) and return the folder.
 
-    Everything is built in a temporary folder beside ``out`` first; only when all of it is written are the
-    generated entries (``prefill/``, ``decode/``, ``disagg/``, the manifest) swapped into ``out``. Other files
-    in ``out`` stay.
+    The new folder is built beside ``out`` and swapped in whole (:class:`pdtune.io.FolderSwap`): the generated
+    entries (``prefill/``, ``decode/``, ``disagg/``, the manifest) are replaced, every other entry of ``out``
+    is carried over as it was.
     """
     spec = spec or DatasetSpec()
-    target = output_folder(Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET)
-    if target.parent.is_dir():
-        # a run killed mid-swap left its folders: put the old entries back where the new ones never arrived
-        remove_stale(target.parent, f".{target.name}.old-", lambda trash: _restore(trash, target))
-        remove_stale(target.parent, f".{target.name}.new-")
-    staging = staging_dir(target)
-    trash = staging_dir(target, kind="old")
-    try:
-        write_tree(staging, spec)
-        target.mkdir(exist_ok=True)
-        for name in _GENERATED:
-            old = target / name
-            if old.exists():
-                os.replace(old, trash / name)
-            os.replace(staging / name, old)
-    except BaseException as exc:
-        # Put back whatever was moved aside, so a failed run leaves the old dataset, not half of each.
-        _restore(trash, target, replace_new=True)
-        if isinstance(exc, OSError):
-            raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
-        raise
-    finally:
-        release(staging)
-        release(trash)
-    return target
-
-
-def _restore(trash: Path, target: Path, *, replace_new: bool = False) -> None:
-    """Move the generated entries saved in ``trash`` back into ``target``: over the new ones (a failed run), or
-    only where none arrived (a run killed between the two renames of one entry)."""
-    for name in _GENERATED:
-        saved, current = trash / name, target / name
-        if not saved.exists():
-            continue
-        if current.exists():
-            if not replace_new:
-                continue
-            if current.is_dir():
-                shutil.rmtree(current)
-            else:
-                current.unlink()
-        os.replace(saved, current)
+    with FolderSwap(Path(out) if out is not None else clusters_dir() / DEFAULT_DATASET,
+                    carry=lambda name: name not in _GENERATED) as swap:
+        write_tree(swap.staging, spec)
+        return swap.commit()
 
 
 def generated_files(root: str | os.PathLike[str]) -> list[Path]:
@@ -487,11 +448,6 @@ def spec_from_params(params: dict[str, object], source: str = "PARAMS.yaml") -> 
     load_model(spec.model)  # an unknown model or GPU is bad input before anything is written
     load_gpu(spec.gpu)
     return spec
-
-
-def load_params(path: str | os.PathLike[str]) -> DatasetSpec:
-    """The :class:`DatasetSpec` of a parameters file."""
-    return spec_from_params(read_params(path), str(path))
 
 
 def read_params(path: str | os.PathLike[str]) -> dict[str, object]:

@@ -62,9 +62,3 @@ class DataError(ValueError):
         self.field = one_line(str(field), MAX_FIELD)
         self.message = one_line(str(message), MAX_MESSAGE)
         super().__init__(f"{self.source}: {self.field}: {self.message} (bundled data)")
-
-
-def require(condition: bool, source: str | PathLike[str], field: str, message: str) -> None:
-    """Raise :class:`InputError` unless ``condition`` holds."""
-    if not condition:
-        raise InputError(source, field, message)

@@ -166,7 +166,7 @@ def load_gpu(name: str, *, memory_gib: float | None = None) -> GpuSpec:
     table = _table(str(gpus_file()))
     key = str(name).strip().lower()
     if key not in table:
-        raise InputError("--gpu", "gpu", f"unknown GPU {name!r}; bundled: {', '.join(sorted(table))}")
+        raise InputError("--gpu", "gpu", f"unknown GPU {name!r}; bundled: {', '.join(bundled_gpus())}")
     gpu = table[key]
     if memory_gib is not None:
         if not math.isfinite(memory_gib) or memory_gib <= 0:

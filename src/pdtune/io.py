@@ -8,30 +8,32 @@ is an :class:`~pdtune.errors.InputError` naming the path and the flag, and leave
 temporary file, not the folders created on the way. A symbolic link is written *through* (its target is
 replaced, the link stays); a FIFO, a device or a socket is refused.
 
-Staging folders are locked (``flock`` on the folder itself) while their run lives. A run killed outright
-(SIGKILL) cannot remove its own, so the next run into the same place removes every unlocked one it finds
-(:func:`remove_stale`), first putting back what an interrupted swap had moved aside.
+A folder is written by one run at a time (:class:`FolderSwap` locks it) and swapped in by renames of whole
+folders. A run killed outright (SIGKILL) cannot remove its staging folder, so the next run into the same place
+removes it, first putting back a previous output an interrupted swap had moved aside (:func:`_clear_stale`, the
+one rule for stale folders).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import math
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pdtune.errors import InputError
 from pdtune.guarded import describe_mode, read_csv_table, read_mapping
+from pdtune.signals import signals_deferred
 
 __all__ = [
-    "atomic_write_text", "output_file", "plain", "read_csv_table", "read_mapping", "release", "remove_stale",
-    "staging_dir",
+    "FolderSwap", "atomic_write_text", "beside", "output_file", "output_folder", "plain", "read_csv_table",
+    "read_mapping",
 ]
 
 
@@ -150,11 +152,6 @@ def _remove_folders(created: list[Path]) -> None:
 
 # ------------------------------------------------------------------------------------------ output folders
 
-#: Open, locked staging folders of this process: path -> file descriptor.
-_LOCKS: dict[str, int] = {}
-#: A staging folder younger than this is never taken for stale: it may be a run that has not locked it yet.
-STALE_AFTER_S = 1.0
-
 
 def output_folder(target: str | os.PathLike[str], field: str = "--out") -> Path:
     """The folder an output path names, links followed; it must be a folder or absent."""
@@ -167,77 +164,187 @@ def output_folder(target: str | os.PathLike[str], field: str = "--out") -> Path:
     return Path(os.path.realpath(given))
 
 
-def staging_dir(target: Path, field: str = "--out", *, kind: str = "new") -> Path:
-    """A fresh hidden folder beside ``target`` (``.<name>.<kind>-XXXX``) to build its files in, then rename into
-    place, so that a failure leaves nothing half-written; ``target`` must be a folder or absent.
+def beside(target: Path, kind: str) -> Path:
+    """The hidden entry ``.<name>.pdtune-<kind>`` beside ``target`` (``lock``, ``new``, ``old``); a long name is
+    cut and told apart by a hash, so the entry's name stays within the 255 bytes a file system allows."""
+    name = target.name
+    if len(name.encode()) > 160:
+        name = name.encode()[:120].decode(errors="ignore") + "~" + hashlib.sha256(target.name.encode()).hexdigest()[:16]
+    return target.parent / f".{name}.pdtune-{kind}"
 
-    The folder is locked until :func:`release`; stale ones of earlier, killed runs are removed first.
+
+class FolderSwap:
+    """An output folder that appears whole or not at all, written by one run at a time.
+
+    ::
+
+        with FolderSwap(out) as swap:   # locks out: a second run into it is refused (InputError)
+            ...                         # checks that need the lock (is out a previous output?)
+            write into swap.staging     # .<name>.pdtune-new beside out
+            swap.commit()               # staging becomes out; the previous out is removed
+
+    The swap renames whole folders, never file by file: ``out`` moves aside to ``.<name>.pdtune-old``, the
+    staging folder is renamed to ``out``, the old one is removed, with SIGINT, SIGTERM and SIGHUP held back until
+    that is done. Entries of the previous ``out`` for which ``carry(name)`` is true and that the new folder does
+    not hold are carried over first (hard links where the file system allows, copies otherwise), so that a
+    command owning only some of a folder's entries leaves the others as they were. Leaving the block without
+    :meth:`commit` (an error, a signal) removes the staging folder and leaves ``out`` as it was.
+
+    The lock is an ``flock`` on ``.<name>.pdtune-lock`` beside ``out``, held from entering the block to leaving
+    it; the file is removed on the way out. A run killed outright (SIGKILL) drops its lock with its life and may
+    leave its hidden folders: whoever takes the lock next is the only run writing ``out``, so what it finds there
+    is stale, and :meth:`__enter__` clears it by the one rule below (:func:`_clear_stale`).
     """
-    real = output_folder(target, field)
-    prefix = f".{real.name}.{kind}-"
-    created = _make_folders(real.parent, Path(target), field)
-    try:
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=real.parent))
-    except OSError as exc:
-        _remove_folders(created)
-        raise InputError(target, field, f"cannot write there: {exc.strerror or exc}") from None
-    lock(path)
-    return path
 
+    def __init__(self, out: str | os.PathLike[str], field: str = "--out", *,
+                 carry: Callable[[str], bool] | None = None) -> None:
+        self.given = Path(out)
+        self.field = field
+        self.target = output_folder(out, field)  # a link to a folder is written through
+        if self.target.parent == self.target:
+            raise InputError(out, field, "is the root folder: give a folder below it")
+        self.carry = carry
+        self._lock_fd: int | None = None
+        self._created: list[Path] = []
+        self._staging: Path | None = None
+        self.committed = False
 
-def lock(folder: Path) -> None:
-    """Hold an exclusive ``flock`` on ``folder`` for as long as this process lives (or until :func:`release`)."""
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    _LOCKS[str(folder)] = fd
-
-
-def release(folder: Path, *, remove: bool = True) -> None:
-    """Unlock a staging folder (and remove it, unless it was renamed into place)."""
-    if remove:
-        shutil.rmtree(folder, ignore_errors=True)
-    fd = _LOCKS.pop(str(folder), None)
-    if fd is not None:
-        os.close(fd)
-
-
-def release_renamed(old: Path) -> None:
-    """The lock of a staging folder that was renamed into place: only the descriptor is closed."""
-    release(old, remove=False)
-
-
-def remove_stale(parent: Path, prefix: str, restore: Callable[[Path], None] | None = None, *,
-                 exclude: str | None = None) -> list[Path]:
-    """Remove the folders ``parent/<prefix>*`` (but not ``<exclude>*``) no live process holds locked: those of
-    runs killed before they could remove them.
-
-    ``restore`` is called first with each such folder, to put back what an interrupted swap moved into it.
-    Returns the folders removed.
-    """
-    removed: list[Path] = []
-    try:
-        entries = [p for p in parent.iterdir()
-                   if p.name.startswith(prefix) and not (exclude and p.name.startswith(exclude))]
-    except OSError:
-        return removed
-    for path in entries:
+    def __enter__(self) -> FolderSwap:
+        self._created = _make_folders(self.target.parent, self.given, self.field)
         try:
-            if not path.is_dir() or path.is_symlink() or time.time() - path.stat().st_mtime < STALE_AFTER_S:
-                continue
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            continue
+            self._lock_fd = _take_lock(beside(self.target, "lock"), self.given, self.field)
+            _clear_stale(self.target, self.given, self.field)
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, _kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
+        staging = self._staging
+        self._close()
+        # Writing into the staging folder failed (a full disk, a name too long): one line naming --out.
+        name = getattr(exc, "filename", None)
+        if isinstance(exc, OSError) and staging is not None and (
+                name is None or (isinstance(name, str | bytes) and Path(os.fsdecode(name)).is_relative_to(staging))):
+            raise InputError(self.given, self.field, f"cannot write there: {exc.strerror or exc}") from None
+
+    @property
+    def staging(self) -> Path:
+        """The folder to build the output in (made on first use, with the permissions ``mkdir`` gives)."""
+        if self._lock_fd is None:
+            raise RuntimeError("FolderSwap.staging outside its with-block")
+        if self._staging is None:
+            path = beside(self.target, "new")
+            try:
+                path.mkdir()
+            except OSError as exc:
+                raise InputError(self.given, self.field, f"cannot write there: {exc.strerror or exc}") from None
+            self._staging = path
+        return self._staging
+
+    def commit(self) -> Path:
+        """Swap the staging folder in as ``out`` (see the class); returns ``out``'s real path."""
+        staging, target = self.staging, self.target
+        old = beside(target, "old")
+        try:
+            previous = target.is_dir()
+            if previous:
+                os.chmod(staging, os.stat(target).st_mode & 0o7777)
+                if self.carry is not None:
+                    for entry in sorted(os.listdir(target)):
+                        if self.carry(entry) and not os.path.lexists(staging / entry):
+                            _carry(target / entry, staging / entry)
+            with signals_deferred():
+                if previous:
+                    os.rename(target, old)
+                    try:
+                        os.rename(staging, target)
+                    except BaseException:
+                        os.rename(old, target)
+                        raise
+                else:
+                    os.rename(staging, target)
+                self.committed = True
+                self._staging = None
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:
+            raise InputError(self.given, self.field, f"cannot write there: {exc.strerror or exc}") from None
+        return target
+
+    def _close(self) -> None:
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(beside(self.target, "lock"))  # while still holding it: see _take_lock
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if not self.committed:
+            _remove_folders(self._created)
+
+
+def _take_lock(path: Path, given: Path, field: str) -> int:
+    """An exclusive ``flock`` on the lock file ``path`` (made if absent), or an InputError naming the run that
+    holds it. The holder removes the file before it lets go, so a lock won on a file no longer at ``path`` is
+    worth nothing: try again on the one there now."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise InputError(given, field, f"cannot write there: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            os.close(fd)  # a live run's
-            continue
-        try:
-            if restore is not None:
-                with contextlib.suppress(OSError):
-                    restore(path)
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        finally:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
-    return removed
+            pid = f" (pid {holder})" if holder.isdigit() else ""
+            raise InputError(given, field, f"another pdtune run is writing it{pid}; wait for it to end") from None
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            now = None
+        held = os.fstat(fd)
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+def _clear_stale(target: Path, given: Path, field: str) -> None:
+    """What killed runs left beside ``target``, cleared by whoever holds its lock (no other run writes there).
+
+    * ``.<name>.pdtune-old`` is a previous output moved aside by a swap: put back when the new one never arrived
+      (the run was killed between the two renames and did not finish), removed otherwise;
+    * ``.<name>.pdtune-new`` is a staging folder: removed.
+    """
+    old, new = beside(target, "old"), beside(target, "new")
+    try:
+        if old.is_dir() and not old.is_symlink():
+            if not os.path.lexists(target):
+                os.rename(old, target)
+            else:
+                shutil.rmtree(old)
+        if os.path.lexists(new):
+            if new.is_dir() and not new.is_symlink():
+                shutil.rmtree(new)
+            else:
+                new.unlink()
+    except OSError as exc:
+        raise InputError(given, field, f"cannot clear what an earlier run left: {exc.strerror or exc}") from None
+
+
+def _carry(source: Path, dest: Path) -> None:
+    """``source`` (an entry of the previous output) into the new one: hard links, else copies; links kept."""
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, dest, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(str(source), str(dest))
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    try:
+        os.link(source, dest, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, dest, follow_symlinks=False)

@@ -65,12 +65,3 @@ def whole_number(value: Any, source: str, field: str, *, minimum: int = 1, maxim
     if value < minimum:
         raise InputError(source, field, f"must be >= {minimum}, got {brief(value)}")
     return bound(value, maximum, source, field)
-
-
-def finite(value: float, source: str, field: str) -> float:
-    """``value`` unless it is NaN or infinite (comparisons with NaN are all false: check it first)."""
-    if isinstance(value, float) and math.isnan(value):
-        raise InputError(source, field, "is NaN")
-    if isinstance(value, float) and math.isinf(value):
-        raise InputError(source, field, "is infinite")
-    return value

@@ -56,7 +56,7 @@ import yaml
 
 from pdtune import guarded
 from pdtune.errors import InputError
-from pdtune.io import output_folder, release, remove_stale, staging_dir
+from pdtune.io import FolderSwap
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
 from pdtune.placement import Placement, Worker, disagg_placement, nodes_used, place_workers
@@ -736,7 +736,7 @@ def _sweep_concurrencies(plan: dict[str, Any], role: str, topology: str, mtp: in
 
 def write_recipes(plan: dict[str, Any], rows: Sequence[int], out: str | os.PathLike[str], *,
                   measurements: bool = False, model_path: str | None = None,
-                  source: str | Path = "PLAN.json") -> list[Path]:
+                  source: str | Path = "PLAN.json", field: str = "--out") -> list[Path]:
     """Write the recipes (and serve scripts) of ``rows`` into ``out``; all of them or none.
 
     The plan is checked against the plan schema first (:func:`pdtune.plan.files.check_plan`), whoever made it;
@@ -760,30 +760,20 @@ def write_recipes(plan: dict[str, Any], rows: Sequence[int], out: str | os.PathL
             files[recipe.file_name] = recipe.text()
     if not files:
         raise InputError("--row", "row", "nothing to write: give --row K or --measurements")
-    return _write_all(Path(out), files)
+    return _write_all(Path(out), files, field)
 
 
-def _write_all(target: Path, files: dict[str, str]) -> list[Path]:
-    real = output_folder(target)
-    if real.parent.is_dir():
-        remove_stale(real.parent, f".{real.name}.new-")
-    staging = staging_dir(target)
-    try:
+def _write_all(target: Path, files: dict[str, str], field: str) -> list[Path]:
+    """Every file of ``files`` into ``target`` at once: the folder is swapped in whole (the recipes of an earlier
+    run there, and any other file, carried over unless a new one takes its name)."""
+    with FolderSwap(target, field, carry=lambda name: name not in files) as swap:
+        for name in files:  # a folder or a FIFO where a recipe goes is refused before anything is written
+            existing = swap.target / name
+            if os.path.lexists(existing) and not existing.is_file():
+                raise InputError(existing, field, "is in the way: not a regular file")
         for name, text in files.items():
-            (staging / name).write_text(text, encoding="utf-8")
+            (swap.staging / name).write_text(text, encoding="utf-8")
             if name.endswith(".sh"):
-                (staging / name).chmod(0o755)
-        for name in files:  # a folder or a FIFO where a recipe goes is refused before anything moves
-            existing = real / name
-            if existing.exists() and not existing.is_file():
-                raise InputError(existing, "--out", "is in the way: not a regular file")
-        real.mkdir(exist_ok=True)
-        written = []
-        for name in files:
-            os.replace(staging / name, real / name)
-            written.append(target / name)
-    except OSError as exc:
-        raise InputError(target, "--out", f"cannot write there: {exc.strerror}") from None
-    finally:
-        release(staging)
-    return written
+                (swap.staging / name).chmod(0o755)
+        swap.commit()
+    return [target / name for name in files]

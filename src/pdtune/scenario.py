@@ -34,10 +34,6 @@ MODELED_CLUSTER = "data/clusters/gb300-qwen3.8-modeled"
 RESULT_KINDS: tuple[str, ...] = ("prefill", "decode", "disagg")
 
 
-#: The article's parameter set: the book's chapters default to it (its vLLM is the article's 0.26.1).
-ARTICLE_PARAMETERS = "data/params/article.yaml"
-
-
 #: Interactivity floors (tokens/s per user) the workbook's plan picks for when ``plan.min_tps_per_user`` is left out.
 PLAN_FLOORS: tuple[float, ...] = (20.0, 50.0, 100.0)
 
@@ -316,18 +312,6 @@ def _check_bounds(scenario: Scenario, source: str) -> None:
 
 #: Fields the workbook computes; a parameters file may not set them.
 COMPUTED_FIELDS: tuple[str, ...] = ("defaults_used",)
-
-
-def article_scenario() -> Scenario:
-    """The article's parameter set (:data:`ARTICLE_PARAMETERS`), which the book's chapters default to."""
-    from pdtune.guarded import bundled, read_yaml
-
-    path = REPO_ROOT / ARTICLE_PARAMETERS
-    with bundled():
-        raw = read_yaml(path)
-        if not isinstance(raw, dict):
-            raise InputError(path, "-", "expected 'key: value' lines at the top")
-        return Scenario.from_mapping(raw, source=str(path))
 
 
 def is_article_data(paths: tuple[str, ...] | list[str], kind: str, *, base: Path | None = None) -> bool:

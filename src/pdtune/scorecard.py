@@ -10,8 +10,9 @@ module writes the per-row table to a CSV that the book reads, and regenerates it
 
     .venv/bin/python -m pdtune.scorecard        # or: make validation
 
-``--check`` recomputes it and compares with the shipped file instead of writing (the slow test does this), so a
-change to ``pdtune.perfmodel`` that moves a prediction fails until the file is regenerated.
+Writing it says what moved against the shipped file; ``--check`` recomputes and compares without writing (exit
+1 when anything moved). The test suite recomputes one model x GPU and one fold of it (:func:`check_fold`,
+seconds), so a change to ``pdtune.perfmodel`` that moves a prediction fails there until the file is regenerated.
 
 The readers here (:func:`load_scorecard`, :func:`scored`, :func:`peer_estimates`) are what chapters 5, 6 and 8
 use; nothing in them fits anything.
@@ -25,6 +26,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, fields
 from functools import cache
 from pathlib import Path
 
@@ -32,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from pdtune.paths import data_dir
+from pdtune.perfmodel.efficiency import Efficiency
 
 #: The bundled models of the public sweeps that the scorecard covers: every model whose rows enter a fit of the
 #: defaults (``silicon_problems``), so none is fitted on and left unscored.
@@ -85,22 +88,66 @@ def compute(
     if sorted(models) != fitted:  # a model fitted on but never scored (or scored but never fitted) is a gap
         raise ValueError(f"the scorecard's models {sorted(models)} are not the models the defaults fit: {fitted}")
     held = heldout_table(problems, folds=folds, models=list(models))
-    table = held.table
-    out = table[[c for c in COLUMNS if c in table.columns]].copy()
-    out = out.sort_values(["model_key", "gpu_name", "source_id"], kind="stable").reset_index(drop=True)
-    lomo = pd.DataFrame([{"model_key": m, "gpu_name": g, "fitted_on": " ".join(names)}
-                         for (m, g), names in sorted(held.lomo_models.items())])
     repeats = silicon_repeats(silicon_problems(df, fold=False))
     repeats = repeats[repeats["model_key"].isin(models)].reset_index(drop=True)
-    return out, lomo, repeats
+    return _shipped_columns(held.table), _fits_frame(held.lomo_models, held.lomo_factors), repeats
+
+
+def _shipped_columns(table: pd.DataFrame) -> pd.DataFrame:
+    out = table[[c for c in COLUMNS if c in table.columns]].copy()
+    return out.sort_values(["model_key", "gpu_name", "source_id"], kind="stable").reset_index(drop=True)
+
+
+def _fits_frame(fits: dict[tuple[str, str], list[str]], factors: dict[tuple[str, str], Efficiency]) -> pd.DataFrame:
+    """One row per model x GPU: the models its leave-one-model-out fit used, and the factors it found (an unset
+    one empty), so that one fold can be recomputed without refitting them (:func:`check_fold`)."""
+    return pd.DataFrame([{"model_key": m, "gpu_name": g, "fitted_on": " ".join(names),
+                          **{f"factor_{k}": (math.nan if v is None else v) for k, v in asdict(factors[(m, g)]).items()}}
+                         for (m, g), names in sorted(fits.items())])
+
+
+def lomo_factors(model: str, gpu: str, path: str | Path | None = None) -> Efficiency:
+    """The shipped leave-one-model-out factors of ``model`` on ``gpu`` (``lomo_models.csv``)."""
+    table = lomo_models(path)
+    row = table[(table["model_key"] == model) & (table["gpu_name"] == gpu)]
+    if len(row) != 1:
+        raise KeyError(f"{model} on {gpu} is not in {lomo_file()}")
+    values = {f.name: row[f"factor_{f.name}"].iloc[0] for f in fields(Efficiency)}
+    return Efficiency(**{k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in values.items()})
+
+
+def check_fold(model: str, gpu: str, fold: int) -> list[str]:
+    """One model x GPU recomputed, with one fold of its calibration, beside the shipped rows (empty when they
+    agree): every row predicted with the shipped leave-one-model-out factors, and the rows of ``fold`` with
+    factors calibrated on the model x GPU's other folds. Seconds, where :func:`check` (every model, every fold,
+    the leave-one-model-out fits too) takes many minutes: the test suite runs this one to catch a change that
+    moves the scorecard, ``make validation`` the whole."""
+    from pdtune.perfmodel.defaults import silicon_file, silicon_problems
+    from pdtune.perfmodel.heldout import heldout_rows
+    from pdtune.results import load_results
+
+    problems = silicon_problems(load_results(silicon_file()))
+    lomo = lomo_factors(model, gpu)
+    fresh = _reread(_shipped_columns(heldout_rows(problems[(model, gpu)], model, gpu, lomo, folds=FOLDS,
+                                                  only_folds=[fold])))
+    shipped = pd.read_csv(scorecard_file())
+    shipped = shipped[(shipped["model_key"] == model) & (shipped["gpu_name"] == gpu)].reset_index(drop=True)
+    calibrated = [c for c in shipped.columns if c.startswith("calibrated_")]
+    found = differences(fresh.drop(columns=calibrated), shipped.drop(columns=calibrated))
+    if not found:
+        mine = (fresh["fold"] == fold).to_numpy()
+        found = differences(fresh.loc[mine, calibrated].reset_index(drop=True),
+                            shipped.loc[mine, calibrated].reset_index(drop=True))
+    return found
 
 
 def _csv(frame: pd.DataFrame) -> str:
     return frame.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
 
 
-def write(out_dir: Path | None = None) -> tuple[Path, Path, Path]:
-    table, lomo, repeats = compute()
+def write(out_dir: Path | None = None,
+          computed: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> tuple[Path, Path, Path]:
+    table, lomo, repeats = computed if computed is not None else compute()
     folder = Path(out_dir) if out_dir is not None else scorecard_dir()
     folder.mkdir(parents=True, exist_ok=True)
     rows, models, folded = folder / scorecard_file().name, folder / lomo_file().name, folder / repeats_file().name
@@ -138,8 +185,9 @@ def _reread(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.read_csv(StringIO(_csv(frame)))
 
 
-def check() -> list[str]:
-    table, lomo, repeats = compute()
+def check(computed: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> list[str]:
+    """What a recomputation (``computed``, else one made now) changes in the shipped files."""
+    table, lomo, repeats = computed if computed is not None else compute()
     problems = differences(_reread(table), pd.read_csv(scorecard_file()))
     problems += [f"lomo_models.csv: {p}" for p in differences(_reread(lomo), pd.read_csv(lomo_file()))]
     problems += [f"repeats.csv: {p}" for p in differences(_reread(repeats), pd.read_csv(repeats_file()))]
@@ -210,32 +258,35 @@ def with_peer(frame: pd.DataFrame, peer: pd.DataFrame | None = None) -> pd.DataF
     return out
 
 
-def sweep_rows(model: str, gpu: str, frame: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The scorecard's rows of one model on one GPU (model matched by the last component of its name)."""
-    from pdtune.perfmodel.validation import model_key
-
-    frame = load_scorecard() if frame is None else frame
-    return frame[(frame["model_key"] == model_key(model)) & (frame["gpu_name"] == gpu.strip().lower())]
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--out", metavar="DIR", help=f"write here instead of {scorecard_dir()}")
     parser.add_argument("--check", action="store_true", help="recompute and compare with the shipped file")
+    parser.add_argument("--fold", nargs=3, metavar=("MODEL", "GPU", "K"),
+                        help="recompute only fold K of MODEL on GPU (seconds) and compare with the shipped rows")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    if args.fold:
+        model, gpu, fold = args.fold
+        problems = check_fold(model, gpu, int(fold))
+        for p in problems:
+            print(p)
+        print(f"fold {fold} of {model} on {gpu} {'differs from' if problems else 'matches'} {scorecard_file()} "
+              f"({time.perf_counter() - start:.0f} s)")
+        return 1 if problems else 0
     if args.check:
         problems = check()
         for p in problems:
             print(p)
         print(f"{'differs' if problems else 'matches'} {scorecard_file()} ({time.perf_counter() - start:.0f} s)")
         return 1 if problems else 0
-    rows, models, folded = write(Path(args.out) if args.out else None)
-    print(f"wrote {rows}, {models} and {folded} ({time.perf_counter() - start:.0f} s)")
+    computed = compute()
+    moved = check(computed)
+    for p in moved:
+        print(p)
+    rows, models, folded = write(Path(args.out) if args.out else None, computed)
+    said = "the same as before" if not moved else f"{len(moved)} columns moved"
+    print(f"wrote {rows}, {models} and {folded}: {said} ({time.perf_counter() - start:.0f} s)")
     return 0
 
 

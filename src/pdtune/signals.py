@@ -4,6 +4,8 @@
   SIGINT raises ``KeyboardInterrupt``, so every ``finally`` and ``except BaseException`` clean-up runs (staging
   folders removed, worker processes stopped) before the process exits; :func:`pdtune.cli.main` then prints one
   line and exits 128 + the signal number.
+* :func:`signals_deferred`: SIGINT, SIGTERM and SIGHUP wait until a short block has run (the renames that swap
+  an output folder into place and the removal of what it replaced), then act as they would have.
 * :func:`die_with_parent`: a worker process asks the kernel to SIGKILL it the moment its parent dies
   (``prctl(PR_SET_PDEATHSIG)`` on Linux, through ``ctypes``), which works even when the parent itself was
   SIGKILLed and could clean up nothing; elsewhere a daemon thread watches the parent's pid. Jupyter kernels a
@@ -50,6 +52,28 @@ def terminate_raises() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP arriving inside the block are delivered when it ends (to the handlers they
+    would have met), so the block is never cut in half; main thread only (a no-op elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(s)
+        if handler is not signal.SIG_IGN and handler is not None:
+            previous[s] = signal.signal(s, lambda signum, _frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(arrived):
+            signal.raise_signal(s)
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -180,16 +180,3 @@ def canonical_topologies(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def sweep_summary(sweep: Sweep) -> pd.DataFrame:
-    """One row per deployment: its GPUs, the concurrencies swept and its best total tokens/s per GPU."""
-    columns = ["deployment", "gpus", "points", "concurrency", "best_tps_per_gpu", "at_concurrency"]
-    if not sweep.available:
-        return empty_frame(columns)
-    rows = []
-    for dep in sweep.deployments:
-        g = sweep.frame[sweep.frame["deployment"] == dep]
-        top = g.loc[g["tps_per_gpu"].astype(float).idxmax()]
-        rows.append({"deployment": dep, "gpus": int(g["gpus_total"].iloc[0]), "points": len(g),
-                     "concurrency": _span(g["concurrency"]), "best_tps_per_gpu": float(top["tps_per_gpu"]),
-                     "at_concurrency": int(top["concurrency"])})
-    return pd.DataFrame(rows, columns=columns)

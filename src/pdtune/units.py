@@ -24,10 +24,6 @@ def cdiv(a: int, b: int) -> int:
     return -(a // -b)
 
 
-def round_up(x: int, multiple: int) -> int:
-    return cdiv(x, multiple) * multiple
-
-
 def gib(n_bytes: int | float) -> float:
     return n_bytes / GiB
 

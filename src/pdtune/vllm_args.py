@@ -59,12 +59,6 @@ def values_file(version: str = VLLM_VERSION) -> Path:
     return data_dir() / "vllm" / f"engine-arg-values-{version}.json"
 
 
-def bundled_versions() -> list[str]:
-    """The vLLM versions whose flag lists are bundled."""
-    names = sorted((data_dir() / "vllm").glob("engine-args-*.txt"))
-    return [p.name[len("engine-args-"):-len(".txt")] for p in names]
-
-
 @cache
 def accepted_flags(version: str = VLLM_VERSION) -> dict[str, str]:
     """Flag -> scope (``engine`` or ``serve``) of one vLLM version, from the generated list."""

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from pdtune import article
-from pdtune.chapters.display import MISSING, _concurrency_list
+from pdtune.chapters.display import MISSING, concurrency_list
 from pdtune.chapters.prefill import Claim
 from pdtune.results.schema import empty_frame
 from pdtune.sweep import Sweep
@@ -42,7 +42,7 @@ def high_end(sweep: Sweep, room: pd.DataFrame, best: pd.DataFrame) -> pd.DataFra
     merged = at.merge(room[["deployment", "room", "flattens_at"]], on="deployment", how="left") if len(room) \
         else at.assign(room=math.nan, flattens_at=math.nan)
     grid = [int(c) for c in best["concurrency"]]
-    won = best.groupby("best")["concurrency"].apply(lambda c: _concurrency_list([int(v) for v in c], grid))
+    won = best.groupby("best")["concurrency"].apply(lambda c: concurrency_list([int(v) for v in c], grid))
     merged["holds_all"] = merged["room"] >= top
     merged["won_at"] = merged["deployment"].map(won).fillna(MISSING)
     merged = merged.sort_values("tps_per_gpu", ascending=False, kind="stable").reset_index(drop=True)
@@ -88,7 +88,7 @@ def mtp_effect(sweep: Sweep, room: pd.DataFrame) -> pd.DataFrame:
         def part(g: pd.Series) -> tuple[str, str, float]:
             if len(g) == 0:
                 return MISSING, MISSING, math.nan
-            return (_concurrency_list([int(c) for c in g.index], grid), f"{int((g > 1).sum())} of {len(g)}",
+            return (concurrency_list([int(c) for c in g.index], grid), f"{int((g > 1).sum())} of {len(g)}",
                     float(g.median()))
 
         b, wb, gb = part(below)

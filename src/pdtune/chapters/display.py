@@ -86,8 +86,8 @@ HEADERS: dict[str, str] = {
     "room": "requests held", "room_per_gpu": "requests held per GPU",
     "room_at_workload": "requests held at the workload", "first_swept_above_room": "first concurrency above",
     "flattens_at": "curve flat from", "holds_all": "holds all", "won_at": "wins at",
-    "room_with_mtp": "requests held with MTP", "wins_below": "MTP ahead", "wins_above": "MTP ahead ",
-    "median_gain_below": "median gain", "median_gain_above": "median gain ",
+    "room_with_mtp": "requests held with MTP", "wins_below": "MTP ahead, held", "wins_above": "MTP ahead, waiting",
+    "median_gain_below": "median gain, held", "median_gain_above": "median gain, waiting",
     "below": "held: concurrencies", "above": "waiting: concurrencies",
     "experts_touched": "experts touched", "tokens_per_step": "tokens per step",
     "expert_gib_per_step": "expert GiB read per step", "expert_mib_per_token": "expert MiB per token",
@@ -241,7 +241,7 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     if not lines:
         return None
     from pdtune.scenario import default_name
-    from pdtune.workbook.parameters import first_chapter_of
+    from pdtune.workbook.chapter import first_chapter_of
 
     mine = [line for line in lines if first_chapter_of(default_name(line)) == chapter]
     if not mine:
@@ -359,12 +359,7 @@ def number(value: Any, spec: str = ",.0f", *, missing: str = MISSING) -> str:
         return str(value)
 
 
-def first_row(frame: pd.DataFrame) -> dict[str, Any]:
-    """The first row of ``frame`` as a dict, or an empty dict: what a chapter glues from a ranking."""
-    return frame.iloc[0].to_dict() if len(frame) else {}
-
-
-def _concurrency_list(values: Sequence[int], grid: Sequence[int] | None = None) -> str:
+def concurrency_list(values: Sequence[int], grid: Sequence[int] | None = None) -> str:
     """``1, 2`` or ``4–32, 512, 1,024–1,536``: runs of consecutive points of ``grid`` (the swept
     concurrencies, default ``values`` itself) joined by an en dash."""
     if not values:

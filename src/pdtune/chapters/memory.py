@@ -194,25 +194,6 @@ def waterfall_frame(
     return pd.DataFrame(rows)
 
 
-def overhead_readings() -> pd.DataFrame:
-    """"About 20 GiB (7 %) is neither weights nor KV cache", against the two ways to read table 3."""
-    t3 = article.table(3)
-    c = article.constants()
-    total = c["total_memory"]
-    everything_else = total - t3["weights_gib"] - t3["published_kv_cache_gib"]
-    measured = (t3["cuda_context_gib"] + t3["non_torch_gib"] + t3["activation_peak_gib"]
-                + t3["cudagraph_estimate_gib"])
-    return pd.DataFrame({
-        "run": t3["run"],
-        "topology": t3["topology"],
-        "mtp": t3["mtp"],
-        "not_weights_nor_kv_gib": everything_else,
-        "not_weights_nor_kv_pct": 100 * everything_else / total,
-        "measured_parts_gib": measured,
-        "measured_parts_pct": 100 * measured / total,
-    })
-
-
 def utilization_what_if(
     waterfalls: Mapping[str, Waterfall],
     utilizations: Sequence[float],

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pdtune.chapters.display import MISSING, _concurrency_list
+from pdtune.chapters.display import MISSING, concurrency_list
 from pdtune.errors import InputError
 from pdtune.frontier import best_per_concurrency
 from pdtune.frontier import winner_runs as frontier_runs
@@ -113,9 +113,9 @@ def findings(sweep: Sweep, claims: Sequence[Claim], best: pd.DataFrame | None = 
         in_data = [label for label, key in keys.items() if key is not None and key == wanted]
         winners = best.set_index("concurrency").loc[region, "best"] if region else pd.Series(dtype=object)
         described = "; ".join(
-            f"{w} at {_concurrency_list([int(c) for c in winners.index[winners == w]], swept)}"
+            f"{w} at {concurrency_list([int(c) for c in winners.index[winners == w]], swept)}"
             for w in dict.fromkeys(winners))
-        row.update(concurrencies=_concurrency_list(region, swept), computed_best=described or MISSING)
+        row.update(concurrencies=concurrency_list(region, swept), computed_best=described or MISSING)
         if not region or not in_data:
             row.update(wins=MISSING, verdict="not swept")
         else:

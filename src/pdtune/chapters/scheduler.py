@@ -22,7 +22,7 @@ from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.paths import data_dir
 from pdtune.perfmodel.aggregated import agg_plan, agg_prediction
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.engine import Engine, EngineConfig, build_engine
 from pdtune.sim import SimConfig, SimResult, closed_loop, simulate
@@ -73,7 +73,7 @@ def run(case: Case, concurrency: int, rounds: int = 6) -> SimResult:
 
 
 def _efficiency(case: Case) -> Efficiency:
-    eff = default_efficiency(GPU)
+    eff = gpu_defaults(GPU).efficiency
     return eff if case.request_overhead_s is None else replace(eff, request_overhead_s=case.request_overhead_s)
 
 

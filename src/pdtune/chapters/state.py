@@ -54,11 +54,6 @@ def mtp_tokens(spec: ModelSpec, num_speculative_tokens: int) -> int:
     return num_speculative_tokens if spec.num_mtp_layers else 0
 
 
-def has_recurrent_state(spec: ModelSpec) -> bool:
-    """True when some layer keeps a per-request recurrent state (GDN or Mamba2): a hybrid model."""
-    return spec.is_hybrid
-
-
 def plan_label(plan: StatePlan) -> str:
     """A short name for a plan: model, vLLM line, TP, and what it reserves beyond the article."""
     parts = [plan.model.name, plan.semantics.label, f"TP{plan.tp}"]
@@ -89,51 +84,6 @@ def with_article(plan: StatePlan, article_plan: StatePlan | None = None) -> dict
     if plan.to_dict() != reference.to_dict():
         out[plan_label(plan)] = plan
     return out
-
-
-def state_summary(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
-    """Chapter 1's arithmetic, one column per plan: per-layer state, block, groups, bytes per request.
-
-    Rows that do not apply to a model (the recurrent lines of an attention-only model) are empty.
-    """
-    columns: dict[str, list[Any]] = {}
-    index = [
-        "layers",
-        "attention bytes per token per layer",
-        "conv state bytes per request per layer",
-        "SSM state bytes per request per layer",
-        "recurrent state bytes per layer (conv + SSM)",
-        "recurrent state in attention tokens",
-        "block size (tokens)",
-        "page bytes (one layer, one block)",
-        "recurrent page padding (bytes)",
-        "KV cache groups x layer slots",
-        "pool blocks per request",
-        "pages per request",
-        "bytes per request",
-        "MiB per request",
-    ]
-    for label, plan in plans.items():
-        per = plan.per_layer_bytes()
-        rec = plan.recurrent_page
-        attn = per.get("attention_per_token")
-        columns[label] = [
-            plan.model.kinds_summary(),
-            attn,
-            per.get("conv_per_request"),
-            per.get("ssm_per_request"),
-            rec.state_bytes if rec is not None else None,
-            _whole(rec.state_bytes / attn) if rec is not None and attn else None,
-            plan.block_tokens,
-            plan.block_bytes,
-            rec.padding_bytes if rec is not None else None,
-            f"{len(plan.groups)} x {plan.group_size}",
-            plan.pool_blocks_per_request,
-            plan.blocks_per_request,
-            plan.bytes_per_request,
-            plan.bytes_per_request / MiB,
-        ]
-    return pd.DataFrame(columns, index=pd.Index(index, name="quantity"))
 
 
 def _whole(value: float) -> float | int:
@@ -381,29 +331,6 @@ def tp_sweep(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
     if len(frame) and frame["recurrent_state_bytes"].isna().all():
         frame = frame.drop(columns="recurrent_state_bytes")  # an attention-only model: nothing to show
     return frame
-
-
-def tp_plans_compared(
-    spec: ModelSpec,
-    *,
-    max_model_len: int,
-    kv_cache_dtype: str,
-    vllm: str,
-    num_speculative_tokens: int,
-    tps: Iterable[int] = TP_SIZES,
-) -> dict[str, StatePlan]:
-    """For each TP size: the article's arithmetic (vLLM 0.11, no MTP) and ``vllm`` with MTP, side by side."""
-    common = dict(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype)
-    num_speculative_tokens = mtp_tokens(spec, num_speculative_tokens)
-    old = tp_plans(spec, tps=tps, vllm="0.11", **common)
-    new = tp_plans(spec, tps=tps, vllm=vllm, num_speculative_tokens=num_speculative_tokens, **common)
-    mtp = f" + MTP {num_speculative_tokens}" if num_speculative_tokens else ""
-    out: dict[str, StatePlan] = {}
-    for key in old:
-        out[f"{key} · vLLM 0.11 (the article's arithmetic)"] = old[key]
-        if key in new:
-            out[f"{key} · vLLM {vllm}{mtp}"] = new[key]
-    return out
 
 
 def pd_block_sizes(

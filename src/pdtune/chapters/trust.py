@@ -19,7 +19,7 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.perfmodel.heldout import heldout_summary
-from pdtune.perfmodel.validation import error_table, model_key
+from pdtune.perfmodel.validation import error_percentiles, error_table, model_key
 from pdtune.scorecard import COMMAND, load_scorecard, lomo_models, repeats, scored, with_peer
 
 SOURCE = "aiconfigurator's public silicon measurements (ai-dynamo/aiconfigurator, Apache-2.0)"
@@ -54,10 +54,9 @@ def scorecard() -> Scorecard:
 
 
 def _stats(errors: pd.Series) -> tuple[float, float]:
-    values = np.abs(errors.dropna().to_numpy(dtype=float)) * 100
-    if not len(values):
-        return math.nan, math.nan
-    return float(np.median(values)), float(np.percentile(values, 90))
+    """Median and p90 |error| (%), NaN where there is none (the tables' empty cell)."""
+    median, p90 = error_percentiles(errors)
+    return (math.nan if median is None else median, math.nan if p90 is None else p90)
 
 
 def validation_table(card: Scorecard) -> pd.DataFrame:

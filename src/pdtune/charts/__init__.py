@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pdtune.site.render import (
     STATIC_BUILD_ENV,
-    chart_html,
     enable_renderer,
     is_static_build,
     live_explorer,
@@ -39,7 +38,6 @@ __all__ = [
     "PANEL_WIDTH",
     "STATIC_BUILD_ENV",
     "WIDTH",
-    "chart_html",
     "column_title",
     "is_static_build",
     "live_explorer",

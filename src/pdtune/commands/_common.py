@@ -19,11 +19,11 @@ from pdtune.units import GiB, MiB, to_bytes
 
 
 def emit_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_default)
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=json_default)
     sys.stdout.write("\n")
 
 
-def _default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     if hasattr(obj, "item"):  # numpy scalars
@@ -55,14 +55,6 @@ def whole_flag(maximum: int, what: str, *, minimum: int = 1) -> Callable[[str], 
 
     parse.__name__ = "whole number"
     return parse
-
-
-def positive_int(text: str) -> int:
-    return _whole(text, 1, limits.MAX_EXACT_INT, "")
-
-
-def non_negative_int(text: str) -> int:
-    return _whole(text, 0, limits.MAX_EXACT_INT, "")
 
 
 def non_negative_float(text: str) -> float:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pdtune.commands._common import _default as _json_default
+from pdtune.commands._common import json_default
 from pdtune.commands._common import gib_flag, shared_flag, whole_flag
 from pdtune.errors import InputError
 from pdtune.limits import MAX_MODEL_LEN, MAX_PARALLEL
@@ -160,10 +160,6 @@ def _worker_rows(log: VllmLog) -> Callable[[], Iterator[tuple[str, ...]]]:
     return rows
 
 
-def _workers_table(log: VllmLog) -> str:
-    return _table(list(_worker_rows(log)()))
-
-
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
     keep = [i for i in range(len(rows[0])) if any(r[i] for r in rows[1:])]
     widths = [max(len(r[i]) for r in rows) for i in keep]
@@ -212,4 +208,4 @@ def _stream_json(log: VllmLog, waterfalls: Iterator[tuple[str, Any]], checks: li
 
 
 def _indented(value: Any, level: int = 2) -> str:
-    return json.dumps(value, indent=2, default=_json_default).replace("\n", "\n" + " " * level)
+    return json.dumps(value, indent=2, default=json_default).replace("\n", "\n" + " " * level)

@@ -179,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
         from pdtune.recipe import write_recipes
 
         rows = sorted({pick.row for pick in result.picks if pick.row is not None})
-        written = [str(p) for p in write_recipes(data, rows, args.recipes, model_path=args.model_path,
-                                                 source="pdtune plan --recipes")]
+        paths = write_recipes(data, rows, args.recipes, model_path=args.model_path, source="pdtune plan --recipes",
+                              field="--recipes")
+        written = [str(p) for p in paths]
         data["recipes"] = written
     if args.json:
         emit_json(data)

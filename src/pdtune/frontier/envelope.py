@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from pdtune.errors import InputError
-from pdtune.frontier.labels import _number, with_deployment
-from pdtune.frontier.pareto import X_AXIS, Y_AXIS, _column_values, _row_source, _tie_order, frontier
+from pdtune.frontier.labels import as_number, with_deployment
+from pdtune.frontier.pareto import X_AXIS, Y_AXIS, column_values, row_source, tie_order, frontier
 from pdtune.results.schema import empty_frame
 
 
@@ -41,8 +41,8 @@ def envelope_at(envelope: pd.DataFrame, tps_per_user: Iterable[float] | np.ndarr
     ``envelope`` is a frontier (as from :func:`upper_envelope`): the answer is the throughput of the
     first envelope point at or right of each query, which is what makes the envelope a staircase.
     """
-    fx = _column_values(envelope, X_AXIS)
-    fy = _column_values(envelope, Y_AXIS)
+    fx = column_values(envelope, X_AXIS)
+    fy = column_values(envelope, Y_AXIS)
     queries = np.asarray(tps_per_user, dtype=np.float64)
     order = np.argsort(fx, kind="stable")
     fx, fy = fx[order], fy[order]
@@ -63,11 +63,11 @@ def best_per_concurrency(df: pd.DataFrame, metric: str = Y_AXIS) -> pd.DataFrame
     """
     _require_one_workload(df, "best_per_concurrency")
     labelled = with_deployment(df)
-    values = _column_values(labelled, metric)
-    _column_values(labelled, "concurrency")
+    values = column_values(labelled, metric)
+    column_values(labelled, "concurrency")
     if len(labelled) == 0:
         return labelled
-    ranked = labelled.assign(_metric=values).iloc[_tie_order(labelled)]
+    ranked = labelled.assign(_metric=values).iloc[tie_order(labelled)]
     # Stable sort on -metric after the tie order: the first row per concurrency is the winner.
     ranked = ranked.sort_values("_metric", ascending=False, kind="stable")
     best = ranked.drop_duplicates("concurrency", keep="first").sort_values("concurrency", kind="stable")
@@ -101,12 +101,12 @@ def _require_one_workload(df: pd.DataFrame, what: str) -> None:
         first = workloads.iloc[0]
         known = df[keys].notna().all(axis=1)
         odd = int(np.flatnonzero((known & ~(df[keys] == first).all(axis=1)).to_numpy())[0])
-        raise InputError(_row_source(df, odd), "/".join(keys),
+        raise InputError(row_source(df, odd), "/".join(keys),
                          f"{what} needs one workload, got {pairs}; select one ISL/OSL first")
 
 
 def _as_int(value: Any) -> Any:
-    number = _number(value)
+    number = as_number(value)
     return int(number) if number is not None and number.is_integer() else value
 
 

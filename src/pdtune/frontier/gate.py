@@ -15,7 +15,7 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.frontier.labels import with_deployment
-from pdtune.frontier.pareto import _row_source
+from pdtune.frontier.pareto import row_source
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +60,7 @@ def accuracy_gate(df: pd.DataFrame, threshold: float) -> GateResult:
     bad = np.flatnonzero(~np.isnan(acc) & ~((acc >= 0) & (acc <= 1)))
     if bad.size:
         i = int(bad[0])
-        raise InputError(_row_source(labelled, i), "accuracy",
+        raise InputError(row_source(labelled, i), "accuracy",
                          f"expected a fraction in [0, 1], got {acc[i]!r} (a percentage?)")
     per_deployment = pd.DataFrame({"deployment": labelled["deployment"].to_numpy(dtype=object), "accuracy": acc})
     summary = per_deployment.groupby("deployment", sort=True).agg(

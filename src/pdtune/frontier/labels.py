@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from pdtune.errors import InputError
-from pdtune.frontier.pareto import _row_source
+from pdtune.frontier.pareto import row_source
 
 
 def deployment_label(df: pd.DataFrame) -> pd.Series:
@@ -30,11 +30,11 @@ def deployment_label(df: pd.DataFrame) -> pd.Series:
 
 
 def _row_label(row: dict[str, Any], i: int, df: pd.DataFrame) -> str:
-    mtp = _number(row.get("mtp_tokens"))
+    mtp = as_number(row.get("mtp_tokens"))
     suffix = "+MTP" if mtp is not None and mtp > 0 else ""
     mode = row.get("mode")
-    disagg = mode == "disagg" if _present(mode) else (
-        _present(row.get("prefill_topology")) and _present(row.get("decode_topology")))
+    disagg = mode == "disagg" if is_present(mode) else (
+        is_present(row.get("prefill_topology")) and is_present(row.get("decode_topology")))
     if not disagg:
         return _role(row, "topology", "gpus_total", None, i, df) + suffix
     prefill = _role(row, "prefill_topology", "gpus_prefill", "n_prefill_workers", i, df)
@@ -42,7 +42,7 @@ def _row_label(row: dict[str, Any], i: int, df: pd.DataFrame) -> str:
     return f"{prefill} : {decode}{suffix}"
 
 
-def _disagg_label(n_prefill: int, prefill: str, n_decode: int, decode: str, suffix: str) -> str:
+def disagg_label(n_prefill: int, prefill: str, n_decode: int, decode: str, suffix: str) -> str:
     """The label of ``n_prefill`` workers of topology ``prefill`` with ``n_decode`` of ``decode``."""
     return f"{n_prefill}x{prefill} : {n_decode}x{decode}{suffix}"
 
@@ -51,25 +51,25 @@ def _role(row: dict[str, Any], topo_key: str, gpus_key: str, workers_key: str | 
           df: pd.DataFrame) -> str:
     """One side of a label: ``3xTP2DP4+EP``; without a topology, GPUs per worker (``2x8 GPUs``) or, when
     the workers are unknown, the side's GPUs (``16 GPUs``)."""
-    workers = _number(row.get(workers_key)) if workers_key else None
+    workers = as_number(row.get(workers_key)) if workers_key else None
     topo = row.get(topo_key)
-    if _present(topo) and str(topo).strip():
+    if is_present(topo) and str(topo).strip():
         name = str(topo).strip()
         return name if workers is None else f"{int(workers)}x{name}"
-    gpus = _number(row.get(gpus_key))
+    gpus = as_number(row.get(gpus_key))
     if gpus is None or gpus <= 0:
-        raise InputError(_row_source(df, i), topo_key, "cannot label the deployment: no topology and no GPU count")
+        raise InputError(row_source(df, i), topo_key, "cannot label the deployment: no topology and no GPU count")
     if workers is not None and workers > 0 and gpus % workers == 0:
         return f"{int(workers)}x{int(gpus // workers)} GPUs"
     return f"{int(gpus)} GPUs"
 
 
-def _present(value: Any) -> bool:
+def is_present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value)) and value is not pd.NA
 
 
-def _number(value: Any) -> float | None:
-    if not _present(value):
+def as_number(value: Any) -> float | None:
+    if not is_present(value):
         return None
     try:
         number = float(value)

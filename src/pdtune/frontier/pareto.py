@@ -74,8 +74,8 @@ def frontier(df: pd.DataFrame, x: str = X_AXIS, y: str = Y_AXIS) -> pd.DataFrame
     All columns and the original index are kept; rows come in order of increasing ``x``. Exactly equal
     points keep one row, chosen by the tie rule in the module docstring.
     """
-    xs = _column_values(df, x)
-    ys = _column_values(df, y)
+    xs = column_values(df, x)
+    ys = column_values(df, y)
     picked = pareto_frontier(xs, ys)  # one row per distinct frontier point, increasing x
     if picked.size == 0:
         return df.iloc[picked]
@@ -85,13 +85,13 @@ def frontier(df: pd.DataFrame, x: str = X_AXIS, y: str = Y_AXIS) -> pd.DataFrame
     twins = np.flatnonzero((fx[slot] == xs) & (fy[slot] == ys))
     if twins.size == picked.size:
         return df.iloc[picked]
-    by_rule = twins[_tie_order(df.iloc[twins])]
+    by_rule = twins[tie_order(df.iloc[twins])]
     by_rule = by_rule[np.argsort(slot[by_rule], kind="stable")]
     first = np.r_[True, slot[by_rule][1:] != slot[by_rule][:-1]]
     return df.iloc[by_rule[first]]
 
 
-def _tie_order(df: pd.DataFrame) -> np.ndarray:
+def tie_order(df: pd.DataFrame) -> np.ndarray:
     """Row positions sorted by the tie-break columns (stable, so fully equal rows keep their order)."""
     keys = [c for c in _TIE_BREAK if c in df.columns]
     if not keys:
@@ -103,10 +103,10 @@ def _tie_order(df: pd.DataFrame) -> np.ndarray:
     return frame.sort_values(keys, kind="stable", na_position="last").index.to_numpy()
 
 
-def _column_values(df: pd.DataFrame, column: str, *, positive: bool = False) -> np.ndarray:
+def column_values(df: pd.DataFrame, column: str, *, positive: bool = False) -> np.ndarray:
     """A numeric column as float64; NaN, inf (or, when asked, values <= 0) raise naming the row's file."""
     if column not in df.columns:
-        raise InputError(_first_source(df), column, "column missing")
+        raise InputError(first_source(df), column, "column missing")
     values = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
     if positive:
@@ -114,19 +114,19 @@ def _column_values(df: pd.DataFrame, column: str, *, positive: bool = False) -> 
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         need = "a finite number > 0" if positive else "a finite number"
-        raise InputError(_row_source(df, i), column,
+        raise InputError(row_source(df, i), column,
                          f"expected {need} at concurrency {_row_concurrency(df, i)}, got {df[column].iloc[i]!r}")
     return values
 
 
-def _row_source(df: pd.DataFrame, i: int) -> str:
+def row_source(df: pd.DataFrame, i: int) -> str:
     if "path" in df.columns and isinstance(df["path"].iloc[i], str) and df["path"].iloc[i]:
         return df["path"].iloc[i]
     return "results"
 
 
-def _first_source(df: pd.DataFrame) -> str:
-    return _row_source(df, 0) if len(df) else "results"
+def first_source(df: pd.DataFrame) -> str:
+    return row_source(df, 0) if len(df) else "results"
 
 
 def _row_concurrency(df: pd.DataFrame, i: int) -> str:

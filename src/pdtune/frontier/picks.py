@@ -17,8 +17,8 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.frontier.envelope import upper_envelope
-from pdtune.frontier.labels import _number, _present
-from pdtune.frontier.pareto import X_AXIS, Y_AXIS, _column_values
+from pdtune.frontier.labels import as_number, is_present
+from pdtune.frontier.pareto import X_AXIS, Y_AXIS, column_values
 from pdtune.results.schema import empty_frame
 
 
@@ -65,7 +65,7 @@ def sla_pick(df: pd.DataFrame, min_tps_per_user: float | None = None,
         raise InputError("sla_pick", f"min_{constraint}", f"expected a finite number, got {minimum!r}")
     minimum = float(minimum)
     envelope = upper_envelope(df)
-    all_values = _column_values(df, constraint)
+    all_values = column_values(df, constraint)
     best_available = float(all_values.max()) if all_values.size else math.nan
     candidates = int((all_values >= minimum).sum())
     qualified = envelope[envelope[constraint].to_numpy(dtype=np.float64) >= minimum]
@@ -77,12 +77,12 @@ def sla_pick(df: pd.DataFrame, min_tps_per_user: float | None = None,
     return SlaPick(
         constraint, minimum, objective, True, candidates, best_available,
         deployment=str(row["deployment"]),
-        concurrency=_number(row.get("concurrency")),
+        concurrency=as_number(row.get("concurrency")),
         tps_per_gpu=float(row[Y_AXIS]),
         tps_per_user=float(row[X_AXIS]),
-        modeled=bool(row["modeled"]) if "modeled" in row.index and _present(row["modeled"]) else None,
-        source=str(row["source"]) if "source" in row.index and _present(row["source"]) else None,
-        path=str(row["path"]) if "path" in row.index and _present(row["path"]) else None,
+        modeled=bool(row["modeled"]) if "modeled" in row.index and is_present(row["modeled"]) else None,
+        source=str(row["source"]) if "source" in row.index and is_present(row["source"]) else None,
+        path=str(row["path"]) if "path" in row.index and is_present(row["path"]) else None,
     )
 
 

@@ -18,8 +18,8 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.frontier.envelope import envelope_at
-from pdtune.frontier.labels import _disagg_label, _present, with_deployment
-from pdtune.frontier.pareto import X_AXIS, Y_AXIS, _column_values, _first_source, _row_source
+from pdtune.frontier.labels import disagg_label, is_present, with_deployment
+from pdtune.frontier.pareto import X_AXIS, Y_AXIS, column_values, first_source, row_source
 
 #: Columns of a rate-matched frame, in order: the tidy schema (with ``output_tps_per_decode_gpu`` and
 #: ``modeled``, as :mod:`pdtune.results` loads it), then the deployment label and the provenance that only a
@@ -104,7 +104,7 @@ def rate_match(prefill_df: pd.DataFrame, decode_df: pd.DataFrame, osl: int, max_
     frame = pd.DataFrame(floats.T, columns=list(_RM_FLOAT), copy=False)
     models = [" / ".join(sorted({m for m in (p.model, d.model) if m})) or None for p, d in pairs]
     mtp = ["+MTP" if d.mtp_tokens > 0 else "" for _, d in pairs]
-    labels = [_disagg_label(x, p.topology, y, d.topology, suffix) for (p, d), suffix in zip(pairs, mtp)
+    labels = [disagg_label(x, p.topology, y, d.topology, suffix) for (p, d), suffix in zip(pairs, mtp)
               for x, y in ratios.xy]
     text = {
         "source": _categorical(pair_of, [f"predicted by rate matching: prefill sweep [{p.source or p.path}] "
@@ -206,7 +206,7 @@ def _target_isl(prefill_df: pd.DataFrame, isl: int | None) -> int:
             raise InputError("rate_match", "isl", f"expected a whole number >= 1, got {isl!r}")
         return int(isl)
     if "isl" not in prefill_df.columns or prefill_df["isl"].dropna().nunique() != 1:
-        raise InputError(_first_source(prefill_df), "isl",
+        raise InputError(first_source(prefill_df), "isl",
                          "the prefill sweep does not have exactly one ISL; pass isl= explicitly")
     return int(prefill_df["isl"].dropna().iloc[0])
 
@@ -214,18 +214,18 @@ def _target_isl(prefill_df: pd.DataFrame, isl: int | None) -> int:
 def _isolated_groups(df: pd.DataFrame, latency_col: str, *, role: str) -> list[_Sweep]:
     if len(df) == 0:
         return []
-    conc = _column_values(df, "concurrency", positive=True)
-    latency = _column_values(df, latency_col, positive=True)
-    gpus = _column_values(df, "gpus_total", positive=True)
+    conc = column_values(df, "concurrency", positive=True)
+    latency = column_values(df, latency_col, positive=True)
+    gpus = column_values(df, "gpus_total", positive=True)
     whole = np.flatnonzero(gpus != np.round(gpus))
     if whole.size:
-        raise InputError(_row_source(df, int(whole[0])), "gpus_total", f"expected whole GPUs, got {gpus[whole[0]]}")
+        raise InputError(row_source(df, int(whole[0])), "gpus_total", f"expected whole GPUs, got {gpus[whole[0]]}")
     if "topology" not in df.columns:
-        raise InputError(_first_source(df), "topology", f"rate matching needs the {role} sweep's topology")
+        raise InputError(first_source(df), "topology", f"rate matching needs the {role} sweep's topology")
     topo = df["topology"].to_numpy(dtype=object)
     for i, t in enumerate(topo):
-        if not (_present(t) and str(t).strip()):
-            raise InputError(_row_source(df, i), "topology", f"rate matching needs the {role} sweep's topology")
+        if not (is_present(t) and str(t).strip()):
+            raise InputError(row_source(df, i), "topology", f"rate matching needs the {role} sweep's topology")
     mtp = np.zeros(len(df))
     if role == "decode" and "mtp_tokens" in df.columns:
         mtp = pd.to_numeric(df["mtp_tokens"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
@@ -237,7 +237,7 @@ def _isolated_groups(df: pd.DataFrame, latency_col: str, *, role: str) -> list[_
     for (name, mtp_tokens), rows in sorted(keys.groupby(["topology", "mtp"]).indices.items()):
         rows = np.sort(rows)
         if np.unique(gpus[rows]).size != 1:
-            raise InputError(_row_source(df, int(rows[0])), "gpus_total",
+            raise InputError(row_source(df, int(rows[0])), "gpus_total",
                              f"{role} deployment {name} has several GPU counts {sorted(set(gpus[rows]))}")
         groups.append(_Sweep(
             topology=name, gpus=int(gpus[rows[0]]), mtp_tokens=float(mtp_tokens),
@@ -251,7 +251,7 @@ def _isolated_groups(df: pd.DataFrame, latency_col: str, *, role: str) -> list[_
 def _joined(df: pd.DataFrame, column: str, rows: np.ndarray) -> str:
     if column not in df.columns:
         return ""
-    values = sorted({str(v) for v in df[column].to_numpy(dtype=object)[rows] if _present(v)})
+    values = sorted({str(v) for v in df[column].to_numpy(dtype=object)[rows] if is_present(v)})
     return ", ".join(values)
 
 
@@ -331,10 +331,10 @@ def predicted_vs_measured(predicted: pd.DataFrame, measured: pd.DataFrame, *,
     """
     meas = with_deployment(measured)
     pred = with_deployment(predicted)
-    mx = _column_values(meas, X_AXIS)
-    my = _column_values(meas, Y_AXIS)
-    _column_values(pred, X_AXIS)
-    _column_values(pred, Y_AXIS)
+    mx = column_values(meas, X_AXIS)
+    my = column_values(meas, Y_AXIS)
+    column_values(pred, X_AXIS)
+    column_values(pred, Y_AXIS)
     out = pd.DataFrame({
         "deployment": meas["deployment"].to_numpy(dtype=object),
         "concurrency": meas["concurrency"].to_numpy() if "concurrency" in meas.columns else np.nan,

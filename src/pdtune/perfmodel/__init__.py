@@ -17,15 +17,18 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.fit`, :mod:`.calibrate`, :mod:`.heldout` — fitting the factors on measured sweeps, holding out whole
   deployments, leave-one-model-out scores;
 * :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points;
+* :mod:`.simulated` — the scheduler simulation as a latency model: each point run as its benchmark in
+  :mod:`pdtune.sim`, the harnesses, the linear form of a run's median request;
+* :mod:`.repeats` — a measurement repeated under another id counted once, in fits and in scores;
+* :mod:`.sensitivity` — which fitted factors the data moves, and which the prior's pull holds;
 * :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """
 
-from pdtune.perfmodel.aggregated import AggPlan, agg_plan, predict_agg, serving_defaults
+from pdtune.perfmodel.aggregated import AggPlan, agg_plan, serving_defaults
 from pdtune.perfmodel.efficiency import DEFAULT_ACCEPTANCE, DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTime, build_engine
 from pdtune.perfmodel.inferencex import inferencex_check
-from pdtune.perfmodel.network import CollectiveCost, collective_cost
 from pdtune.perfmodel.roofline import (
     PrefillCeiling,
     decode_roofline,
@@ -43,10 +46,7 @@ from pdtune.perfmodel.sweeps import (
 
 __all__ = [
     "AggPlan",
-    "CollectiveCost",
     "agg_plan",
-    "collective_cost",
-    "predict_agg",
     "serving_defaults",
     "DEFAULT_ACCEPTANCE",
     "DEFAULT_EFFICIENCY",

@@ -59,7 +59,7 @@ from pdtune.memory import vllm_batch_defaults, vllm_default_max_num_batched_toke
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
-from pdtune.perfmodel.sweeps import Prediction, _check_concurrencies
+from pdtune.perfmodel.sweeps import Prediction, check_concurrencies
 from pdtune.state import plan_state
 from pdtune.topology import Topology
 
@@ -287,25 +287,6 @@ def agg_config(gpu: GpuSpec, config: EngineConfig | None, vllm: str | None = Non
     version = vllm or base.vllm
     mnbt, seqs = serving_defaults(version, gpu)
     return EngineConfig(vllm=version, max_num_batched_tokens=mnbt, max_num_seqs=seqs)
-
-
-def predict_agg(
-    spec: ModelSpec,
-    gpu: GpuSpec,
-    topology: Topology,
-    concurrencies: Sequence[int],
-    *,
-    isl: int = 1024,
-    osl: int = 1024,
-    config: EngineConfig | None = None,
-    efficiency: Efficiency = DEFAULT_EFFICIENCY,
-) -> list[Prediction]:
-    """Median TTFT and TPOT of one aggregated vLLM server at each concurrency (closed loop, modeled)."""
-    engine = build_engine(spec, gpu, topology, isl=isl, osl=osl, config=agg_config(gpu, config))
-    return [
-        agg_prediction(engine, agg_plan(engine, c, isl, osl, efficiency.arrival_clustering), isl, osl, efficiency)
-        for c in _check_concurrencies(concurrencies)
-    ]
 
 
 def agg_prediction(engine: Engine, plan: AggPlan, isl: int, osl: int, eff: Efficiency) -> Prediction:

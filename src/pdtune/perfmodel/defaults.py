@@ -103,10 +103,6 @@ def gpu_defaults(gpu: str) -> GpuDefaults:
     return GpuDefaults(gpu, DEFAULT_EFFICIENCY, "article", "not in data/perfmodel/defaults.csv: the article's factors")
 
 
-def default_efficiency(gpu: str) -> Efficiency:
-    return gpu_defaults(gpu).efficiency
-
-
 def silicon_file() -> Path:
     return clusters_dir() / "aiconfigurator-silicon" / "silicon_sample.csv"
 

@@ -37,8 +37,8 @@ from pdtune.perfmodel.engine import KINDS
 from pdtune.perfmodel.validation import (
     CompiledPoint,
     RowSetup,
-    _Cache,
-    _engine,
+    EngineCache,
+    cached_engine,
     compile_agg,
     model_key,
     row_setup,
@@ -96,7 +96,7 @@ PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, s
                    expert_compute=0.3, expert_hbm=0.7, attention_hbm=0.6, expert_overhead_s=0.1e-6,
                    seq_overhead_s=10e-6, eager_layer_overhead_s=50e-6)
 
-_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
+FIT_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
           "attention_hbm": 0.1, "expert_overhead_s": 1e-7, "seq_overhead_s": 1e-5,
           "eager_layer_overhead_s": 1e-5, **{n: 0.1 for n in TIED},
           "collective_latency_s": 1e-5, "step_overhead_s": 1e-3,
@@ -225,21 +225,21 @@ class Compiled:
 #: concurrency, clustering), kept between fits: a plan is a pure function of those, and the held-out benchmarks
 #: re-plan the same rows for dozens of fits. One engine cache per GPU object (held here, so its id stays unique).
 _PLANS: dict[tuple[Any, ...], CompiledPoint | InputError] = {}
-_ENGINES: dict[int, tuple[GpuSpec, _Cache]] = {}
+_ENGINES: dict[int, tuple[GpuSpec, EngineCache]] = {}
 
 
-def _engine_cache(gpu: GpuSpec) -> _Cache:
+def _engine_cache(gpu: GpuSpec) -> EngineCache:
     if id(gpu) not in _ENGINES or _ENGINES[id(gpu)][0] is not gpu:
-        _ENGINES[id(gpu)] = (gpu, _Cache())
+        _ENGINES[id(gpu)] = (gpu, EngineCache())
     return _ENGINES[id(gpu)][1]
 
 
-def _planned(cache: _Cache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int, c: int,
+def _planned(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int, c: int,
              clustering: float) -> CompiledPoint:
     key = (id(gpu), setup.spec, setup.topology, setup.vllm, setup.kv_cache_dtype, isl, osl, c, clustering)
     if key not in _PLANS:
         try:
-            engine = _engine(cache, setup, gpu, isl, osl)
+            engine = cached_engine(cache, setup, gpu, isl, osl)
             _PLANS[key] = compile_agg(engine, agg_plan(engine, c, isl, osl, clustering), None, isl, osl)
         except InputError as exc:
             _PLANS[key] = exc
@@ -348,7 +348,7 @@ def _residuals(matrix: TermMatrix, eff: Efficiency) -> np.ndarray:
                            w * np.log(np.maximum(tpot, floor) / matrix.measured_tpot)])
 
 
-def _value(eff: Efficiency, name: str) -> float:
+def factor_value(eff: Efficiency, name: str) -> float:
     """A factor's value with its fallbacks resolved (an unset kernel fraction is the generic one)."""
     if name in TIED:
         side, kernel = name.removeprefix("expert_").split("_", 1)
@@ -360,7 +360,7 @@ def _value(eff: Efficiency, name: str) -> float:
 
 
 def _values(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
-    return np.array([_value(eff, n) for n in names], dtype=float)
+    return np.array([factor_value(eff, n) for n in names], dtype=float)
 
 
 @dataclass(frozen=True)
@@ -424,7 +424,7 @@ def _fit_times(
     # The robust loss is applied to the data residuals only (Objective.data), never to the pull: a robust pull
     # would be an L1 penalty that pins every factor the data does not push hard to exactly where it started.
     result = least_squares(goal.residuals, goal.x0, bounds=(goal.lo, goal.hi), loss="linear",
-                           x_scale=np.array([_SCALE[n] for n in goal.names]), max_nfev=400)
+                           x_scale=np.array([FIT_SCALE[n] for n in goal.names]), max_nfev=400)
     return goal.make(result.x), float(result.cost)
 
 

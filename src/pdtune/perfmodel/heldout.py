@@ -33,7 +33,7 @@ import pandas as pd
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
-from pdtune.perfmodel.validation import METRICS, _stats, validate_rows
+from pdtune.perfmodel.validation import METRICS, error_percentiles, validate_rows
 
 
 #: Why a simulated held-out table has no calibrated prediction.
@@ -64,49 +64,58 @@ def heldout_table(
     frames = []
     factors: dict[tuple[str, str], Efficiency] = {}
     used: dict[tuple[str, str], list[str]] = {}
-    lomo_fits: dict[tuple[tuple[str, ...], str], tuple[Efficiency, list[str]]] = {}
-    for (model, gpu), problem in sorted(problems.items()):
+    lomo_fits: dict[tuple[str, str], tuple[Efficiency, list[str]]] = {}
+    for model, gpu in sorted(problems):
         if models is not None and model not in models:
             continue
         key = (architecture_of(gpu), model)  # GPUs of one architecture share one fit
         if key not in lomo_fits:
             lomo_fits[key] = fit_gpu_defaults(problems, gpu, exclude=[model])
-        lomo, fitted_models = lomo_fits[key]
-        factors[(model, gpu)], used[(model, gpu)] = lomo, fitted_models
-        rows = problem.rows
-        keys = rows.apply(deployment_key, axis=1)
-        uncal = validate_rows(rows, problem.spec, problem.gpu, lomo, latency_model=latency_model).set_index("row")
-        out = uncal.rename(columns={f"predicted_{m}": f"lomo_{m}" for m in METRICS}
-                           | {f"{m}_error": f"lomo_{m}_error" for m in METRICS})
-        out["deployment"] = [keys[i] for i in out.index]
-        out["fold"] = [fold_of(keys[i], folds) for i in out.index]
-        deployments = sorted(set(keys))
-        for m in METRICS:
-            out[f"calibrated_{m}"] = float("nan")
-            out[f"calibrated_{m}_error"] = float("nan")
-        out["calibrated_reason"] = None
-        if latency_model != "steady-state":
-            out["calibrated_reason"] = NO_SIMULATED_FIT
-        for k in range(folds if latency_model == "steady-state" else 0):
-            held = [d for d in deployments if fold_of(d, folds) == k]
-            train = [d for d in deployments if fold_of(d, folds) != k]
-            if not held:
-                continue
-            if not train:
-                out.loc[keys.isin(held).to_numpy(), "calibrated_reason"] = "no other deployment to fit on"
-                continue
-            train_rows = rows[keys.isin(train)]
-            held_rows = rows[keys.isin(held)]
-            assert not set(train_rows.index) & set(held_rows.index)
-            fitted = fit_efficiency([Problem(problem.spec, problem.gpu, train_rows)], start=lomo).efficiency
-            pts = validate_rows(held_rows, problem.spec, problem.gpu, fitted).set_index("row")
-            for m in METRICS:
-                out.loc[pts.index, f"calibrated_{m}"] = pts[f"predicted_{m}"]
-                out.loc[pts.index, f"calibrated_{m}_error"] = pts[f"{m}_error"]
-        out["model_key"], out["gpu_name"] = model, gpu
-        frames.append(out.reset_index())
+        factors[(model, gpu)], used[(model, gpu)] = lomo_fits[key]
+        frames.append(heldout_rows(problems[(model, gpu)], model, gpu, lomo_fits[key][0], folds=folds,
+                                   latency_model=latency_model))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return HeldOut(table, factors, used)
+
+
+def heldout_rows(problem: Problem, model: str, gpu: str, lomo: Efficiency, *, folds: int = 4,
+                 only_folds: Sequence[int] | None = None, latency_model: str = "steady-state") -> pd.DataFrame:
+    """One model x GPU's rows: predicted with its leave-one-model-out factors ``lomo`` (by ``latency_model``), and
+    each fold of its deployments with factors calibrated on the other folds (only the folds in ``only_folds`` when
+    given; the others' calibrated columns stay empty; none with the simulation, :data:`NO_SIMULATED_FIT`)."""
+    rows = problem.rows
+    keys = rows.apply(deployment_key, axis=1)
+    uncal = validate_rows(rows, problem.spec, problem.gpu, lomo, latency_model=latency_model).set_index("row")
+    out = uncal.rename(columns={f"predicted_{m}": f"lomo_{m}" for m in METRICS}
+                       | {f"{m}_error": f"lomo_{m}_error" for m in METRICS})
+    out["deployment"] = [keys[i] for i in out.index]
+    out["fold"] = [fold_of(keys[i], folds) for i in out.index]
+    deployments = sorted(set(keys))
+    for m in METRICS:
+        out[f"calibrated_{m}"] = float("nan")
+        out[f"calibrated_{m}_error"] = float("nan")
+    out["calibrated_reason"] = None
+    if latency_model != "steady-state":
+        out["calibrated_reason"] = NO_SIMULATED_FIT
+        only_folds = ()
+    for k in range(folds) if only_folds is None else only_folds:
+        held = [d for d in deployments if fold_of(d, folds) == k]
+        train = [d for d in deployments if fold_of(d, folds) != k]
+        if not held:
+            continue
+        if not train:
+            out.loc[keys.isin(held).to_numpy(), "calibrated_reason"] = "no other deployment to fit on"
+            continue
+        train_rows = rows[keys.isin(train)]
+        held_rows = rows[keys.isin(held)]
+        assert not set(train_rows.index) & set(held_rows.index)
+        fitted = fit_efficiency([Problem(problem.spec, problem.gpu, train_rows)], start=lomo).efficiency
+        pts = validate_rows(held_rows, problem.spec, problem.gpu, fitted).set_index("row")
+        for m in METRICS:
+            out.loc[pts.index, f"calibrated_{m}"] = pts[f"predicted_{m}"]
+            out.loc[pts.index, f"calibrated_{m}_error"] = pts[f"{m}_error"]
+    out["model_key"], out["gpu_name"] = model, gpu
+    return out.reset_index()
 
 
 def heldout_summary(table: pd.DataFrame, by: Sequence[str] = ("model_key", "gpu_name")) -> pd.DataFrame:
@@ -119,7 +128,7 @@ def heldout_summary(table: pd.DataFrame, by: Sequence[str] = ("model_key", "gpu_
         rec["predicted"] = int(frame["predicted"].sum())
         for kind in ("lomo", "calibrated"):
             for m in ("ttft_ms_p50", "tpot_ms_p50"):
-                med, p90 = _stats(frame[f"{kind}_{m}_error"])
+                med, p90 = error_percentiles(frame[f"{kind}_{m}_error"])
                 rec[f"{kind}_{m}_median"], rec[f"{kind}_{m}_p90"] = med, p90
         rows.append(rec)
     return pd.DataFrame(rows)

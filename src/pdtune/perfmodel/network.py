@@ -11,13 +11,11 @@ the bytes go depends on the group:
   ``data/gpus/links.csv``, 20 us: a small all-reduce between two nodes) on top of ``collective_latency_s``.
 
 That is why TEP16 across two 8-GPU HGX H200 nodes is slower per user than TEP8 in one: every layer's two
-all-reduces leave the node. :func:`collective_cost` is the one function the engine (and a planner weighing
-layouts against each other) calls for it.
+all-reduces leave the node. The engine (:mod:`pdtune.perfmodel.engine`) prices its collectives with
+:func:`group_bandwidth` and :func:`scale_out_latency`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from functools import cache
 
@@ -39,50 +37,6 @@ def scale_out_latency(gpu: str) -> float:
         return UNLISTED_SCALE_OUT_LATENCY_S
 
 
-@dataclass(frozen=True)
-class CollectiveCost:
-    """Seconds one GPU spends in ``calls`` collectives moving ``nbytes`` over a group of ``group`` GPUs."""
-
-    group: int
-    nbytes: float
-    calls: int
-    crosses_network: bool
-    transfer_s: float  # bytes over the group's slowest link
-    latency_s: float  # collective_latency_s per call
-    network_latency_s: float  # the network's fixed cost per call (0 inside one NVLink domain)
-
-    @property
-    def seconds(self) -> float:
-        return self.transfer_s + self.latency_s + self.network_latency_s
-
-
 def group_bandwidth(gpu: GpuSpec, group: int, eff: Efficiency) -> float:
     """Achieved per-GPU bandwidth of a collective over ``group`` GPUs, bytes/s."""
     return gpu.link_bandwidth(group) * eff.link
-
-
-def collective_cost(gpu: GpuSpec, group: int, nbytes: float, calls: int, eff: Efficiency) -> CollectiveCost:
-    """The cost of ``calls`` collectives that move ``nbytes`` per GPU in total over ``group`` GPUs."""
-    crosses = gpu.crosses_network(group)
-    transfer = nbytes / group_bandwidth(gpu, group, eff) if nbytes else 0.0
-    return CollectiveCost(
-        group=group,
-        nbytes=nbytes,
-        calls=calls,
-        crosses_network=crosses,
-        transfer_s=transfer,
-        latency_s=calls * eff.collective_latency_s,
-        network_latency_s=calls * scale_out_latency(gpu.name) if crosses else 0.0,
-    )
-
-
-def all_reduce_bytes(group: int, buffer_bytes: float) -> float:
-    """Bytes one GPU sends in a ring all-reduce of ``buffer_bytes``: ``2 (G-1)/G`` of the buffer."""
-    return 2 * (group - 1) / group * buffer_bytes if group > 1 else 0.0
-
-
-def all_reduce_seconds(gpu: GpuSpec, group: int, buffer_bytes: float, eff: Efficiency) -> float:
-    """One all-reduce of ``buffer_bytes`` over ``group`` GPUs (0 for a group of one)."""
-    if group <= 1:
-        return 0.0
-    return collective_cost(gpu, group, all_reduce_bytes(group, buffer_bytes), 1, eff).seconds

@@ -28,7 +28,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from pdtune.perfmodel.efficiency import Efficiency
-from pdtune.perfmodel.fit import _SCALE, FIT_FACTORS, Objective, Problem, compile_problems, objective
+from pdtune.perfmodel.fit import FIT_SCALE, FIT_FACTORS, Objective, Problem, compile_problems, objective
 
 #: A factor is said to be set by the data when the rows remove at least this share of the prior's variance.
 DATA_SHARE = 0.5
@@ -39,7 +39,7 @@ def _jacobian(goal: Objective, x: np.ndarray) -> np.ndarray:
     base = goal.data(x)
     out = np.empty((len(base), len(x)))
     for i, name in enumerate(goal.names):
-        h = 1e-3 * _SCALE[name]
+        h = 1e-3 * FIT_SCALE[name]
         step = h if x[i] + h <= goal.hi[i] else -h
         moved = x.copy()
         moved[i] += step
@@ -79,7 +79,7 @@ def factor_sensitivity(
     share = 1 - np.diag(post) / np.diag(prior_var)
     fitted_cost = 0.5 * float(goal.data(x) @ goal.data(x))
     alone = least_squares(goal.data, x, bounds=(goal.lo, goal.hi), loss="linear",
-                          x_scale=np.array([_SCALE[n] for n in goal.names]), max_nfev=400)
+                          x_scale=np.array([FIT_SCALE[n] for n in goal.names]), max_nfev=400)
     rows = []
     for i, name in enumerate(goal.names):
         centre = goal.x0[i]
@@ -102,6 +102,6 @@ def factor_sensitivity(
 
 
 def _get(eff: Efficiency, name: str) -> float:
-    from pdtune.perfmodel.fit import _value
+    from pdtune.perfmodel.fit import factor_value
 
-    return _value(eff, name)
+    return factor_value(eff, name)

@@ -179,7 +179,7 @@ def to_frame(predictions: Iterable[Prediction]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _check_concurrencies(concurrencies: Sequence[int]) -> list[int]:
+def check_concurrencies(concurrencies: Sequence[int]) -> list[int]:
     values = list(concurrencies)
     if not values:
         raise InputError("--concurrency", "concurrency", "give at least one concurrency")
@@ -317,7 +317,7 @@ def predict_prefill(
     """A prefill-only sweep of one aggregated engine (the article's figure 1 workload by default)."""
     engine = build_engine(spec, gpu, topology, isl=isl, osl=osl, config=config)
     out = []
-    for c in _check_concurrencies(concurrencies):
+    for c in check_concurrencies(concurrencies):
         svc = _prefill_service(engine, c, isl, osl, efficiency)
         life = c / svc.rate
         tpot = svc.cycle
@@ -435,7 +435,7 @@ def predict_decode(
     engine = build_engine(spec, gpu, topology, isl=isl, osl=osl, mtp_tokens=mtp_tokens, config=config)
     context = isl + osl / 2  # cached tokens a request reads, on average over its life
     out = []
-    for c in _check_concurrencies(concurrencies):
+    for c in check_concurrencies(concurrencies):
         svc = _decode_service(engine, c, context, osl, acceptance, efficiency)
         # Cycle and tokens per step mix linearly between DP load levels: take TPOT from the rate itself.
         cycle = svc.running * svc.tokens_per_step / (osl * svc.rate)
@@ -510,7 +510,7 @@ def predict_disagg(
         return y * _decode_service(decode, b / y, context, osl - 1, acceptance, efficiency).rate
 
     out = []
-    for c in _check_concurrencies(concurrencies):
+    for c in check_concurrencies(concurrencies):
         # B requests decode, C - B are in prefill: prefill's rate falls as B grows, decode's rises.
         lo, hi = 0.0, float(min(c, decode_cap))
         if prefill_rate(c - hi) >= decode_rate(hi):

@@ -203,7 +203,7 @@ def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> 
 
 
 @dataclass
-class _Cache:
+class EngineCache:
     engines: dict[tuple[Any, ...], Engine | InputError] = field(default_factory=dict)
     costs: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # engine key -> pdtune.sim.StepCost
 
@@ -226,7 +226,7 @@ def _engine_key(setup: RowSetup, isl: int, osl: int) -> tuple[Any, ...]:
     return (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype)
 
 
-def _engine(cache: _Cache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
+def cached_engine(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
     assert setup.spec is not None and setup.topology is not None
     key = _engine_key(setup, isl, osl)
     if key not in cache.engines:
@@ -281,7 +281,7 @@ def compile_agg(engine: Engine, plan: AggPlan, index: Any, isl: int, osl: int) -
     )
 
 
-def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: _Cache, *,
+def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: EngineCache, *,
                 latency_model: str = "steady-state", harness: str | None = None) -> Prediction:
     """One row's prediction at its own deployment (raises InputError when the layout does not fit), by
     ``latency_model`` where the row's mode has a simulated harness (aggregated, disaggregated)."""
@@ -302,11 +302,11 @@ def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, 
     if setup.mode == "decode":
         [pred] = predict_decode(setup.spec, gpu, setup.topology, [c], isl=isl, osl=osl, efficiency=eff)
         return pred
-    engine = _engine(cache, setup, gpu, isl, osl)
+    engine = cached_engine(cache, setup, gpu, isl, osl)
     return agg_prediction(engine, agg_plan(engine, c, isl, osl, eff.arrival_clustering), isl, osl, eff)
 
 
-def _simulated_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: _Cache,
+def _simulated_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: EngineCache,
                    harness: str) -> Prediction:
     """The row's benchmark run in pdtune.sim on the engines the steady-state model would size (one step-cost
     cache per engine, shared by the rows of one deployment)."""
@@ -323,7 +323,7 @@ def _simulated_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficienc
         [pred] = predict_disagg_simulated(prefill, decode, dep.n_prefill, dep.n_decode, [c], isl, osl, eff,
                                           harness=harness, label=dep.label)
         return pred
-    engine = _engine(cache, setup, gpu, isl, osl)
+    engine = cached_engine(cache, setup, gpu, isl, osl)
     key = _engine_key(setup, isl, osl)
     point, cache.costs[key] = simulate_point(engine, isl, osl, c, eff, harness=harness, cost=cache.costs.get(key))
     return prediction(point, engine, isl, osl, c, harness)
@@ -343,7 +343,7 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
     """One point per row of ``rows`` (already selected): measured, predicted (median and tails), error, source,
     the ``latency_model`` that predicted it; unpredicted rows carry ``predicted = False`` and their ``reason``.
     ``harness`` overrides the harness a simulated row's source implies (:func:`row_harness`)."""
-    cache = _Cache()
+    cache = EngineCache()
     points = []
     for index, row in rows.iterrows():
         setup = row_setup(row, spec)
@@ -432,7 +432,7 @@ def measured_frontier(points: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- summary
 
 
-def _stats(errors: Iterable[float]) -> tuple[float | None, float | None]:
+def error_percentiles(errors: Iterable[float]) -> tuple[float | None, float | None]:
     values = np.abs(np.asarray([e for e in errors if e is not None and not math.isnan(e)], dtype=float)) * 100
     if not len(values):
         return None, None
@@ -447,7 +447,7 @@ def error_table(points: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         rec: dict[str, Any] = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
         rec["rows"], rec["predicted"] = len(frame), int(frame["predicted"].sum())
         for metric in METRICS:
-            rec[f"{metric}_median"], rec[f"{metric}_p90"] = _stats(frame.loc[frame["predicted"], f"{metric}_error"])
+            rec[f"{metric}_median"], rec[f"{metric}_p90"] = error_percentiles(frame.loc[frame["predicted"], f"{metric}_error"])
         rows.append(rec)
     return pd.DataFrame(rows)
 
@@ -460,7 +460,7 @@ def error_summary(points: pd.DataFrame) -> dict[str, Any]:
         p90: dict[str, float | None] = {}
         for metric in METRICS:
             col = f"{metric}_error"
-            med[metric], p90[metric] = _stats(frame[col]) if col in frame else (None, None)
+            med[metric], p90[metric] = error_percentiles(frame[col]) if col in frame else (None, None)
         return {"median_abs_pct_error": med, "p90_abs_pct_error": p90,
                 "points": int(frame["predicted"].sum()) if "predicted" in frame else 0}
 

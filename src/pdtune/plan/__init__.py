@@ -17,7 +17,7 @@ The article's workflow, run before anything is measured:
    (``prefill_results`` / ``decode_results``, any format :func:`pdtune.results.load_results` reads). Decode
    points beyond the engine's KV room at ISL + OSL are dropped (the KV-room check of chapter 7; a decode sweep
    run at a short ISL holds far more requests than the same engine can at the plan's workload). Points and
-   sweeps that cannot reach a frontier are pruned (see :func:`_pareto_points`, :func:`_prune_sweeps`).
+   sweeps that cannot reach a frontier are pruned (see :func:`_pareto_points`, :func:`prune_sweeps`).
 3. **Rate matching within the budget.** :func:`pdtune.frontier.rate_match` combines every prefill sweep with
    every decode sweep as ``x`` prefill and ``y`` decode engines, and only ``x * g_p + y * g_d <= N`` is kept.
    A measured decode sweep must hold the plan's mean context (``ISL + OSL / 2``; a sweep at ISL 1 and OSL 1024

@@ -97,7 +97,7 @@ def spans_nvlink_domain(gpu: GpuSpec, topology: Topology) -> bool:
 
 
 @dataclass
-class _Pool:
+class Pool:
     """One role's candidates, their sweeps (tidy frames, canonical topology names) and rejections."""
 
     candidates: list[Candidate] = field(default_factory=list)
@@ -147,8 +147,8 @@ def pool_factors(s: PlanSettings, prefill_gpu: GpuSpec, decode_gpu: GpuSpec) -> 
     return out
 
 
-def _modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings, eff: Efficiency) -> _Pool:
-    pool = _Pool()
+def modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings, eff: Efficiency) -> Pool:
+    pool = Pool()
     config = s.engine_config(role)
     wanted = _wanted(s.prefill_topologies if role == "prefill" else s.decode_topologies, f"--{role}-topologies")
     layouts = candidate_topologies(spec, s.max_gpus - 1)
@@ -189,9 +189,9 @@ def _modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings, eff
     return pool
 
 
-def _measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings) -> _Pool:
+def measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings) -> Pool:
     """Isolated sweeps the user measured: one candidate per (topology, MTP) in the files."""
-    pool = _Pool()
+    pool = Pool()
     df = load_results(list(paths), single_workload=True)
     where = f"--{role}-results"
     if "topology" not in df.columns or df["topology"].isna().any():
@@ -337,7 +337,7 @@ def _undominated(cap: np.ndarray, lat: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _prune_sweeps(pool: _Pool, role: str, osl: int) -> None:
+def prune_sweeps(pool: Pool, role: str, osl: int) -> None:
     """Drop every sweep whose points are all beaten (capacity, latency) by points of another sweep of the same
     GPU count: any deployment built on it is matched or beaten by the same deployment built on the other."""
     by_gpus: dict[int, list[int]] = {}

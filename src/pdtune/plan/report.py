@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -16,10 +16,17 @@ from pdtune.errors import InputError
 from pdtune.frontier import upper_envelope
 from pdtune.plan.aggregated import bottleneck_words
 from pdtune.plan.evaluate import Evaluator
-from pdtune.plan.inputs import ROW_COLUMNS, Sla, TtftCeiling
+from pdtune.plan.inputs import ROW_COLUMNS, PlanSettings, Sla, TtftCeiling
 
-if TYPE_CHECKING:
-    from pdtune.plan.search import Plan
+
+class PlanView(Protocol):
+    """What the sentences read of a plan (:class:`pdtune.plan.search.Plan` is one): its settings, its TTFT
+    ceiling and its rows by number."""
+
+    settings: PlanSettings
+    ceiling: TtftCeiling | None
+
+    def row(self, k: int) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class Pick:
 
     sla: Sla
     met: bool
-    row: int | None  # row number in :attr:`Plan.table` (None when nothing meets it)
+    row: int | None  # row number in the plan's table (None when nothing meets it)
     closest_row: int | None  # when not met: the row with the smallest shortfall
     shortfall: float | None  # relative miss of the closest row (0.1 = 10 % short)
     candidates: int  # rows meeting the SLA
@@ -237,7 +244,7 @@ def _row_brief(r: dict[str, Any]) -> str:
     return f"{r['deployment']} ({MODE_WORDS.get(str(r['mode']), r['mode'])}, {r['gpus_total']} GPUs)"
 
 
-def picks_sentence(p: Plan, pick: Pick) -> str:
+def picks_sentence(p: PlanView, pick: Pick) -> str:
     """One pick in words: the row, its numbers rounded the way they are compared, what limits it, the
     runner-up."""
     if not pick.met:
@@ -269,7 +276,7 @@ def picks_sentence(p: Plan, pick: Pick) -> str:
     return text
 
 
-def comparison_sentence(p: Plan, pick: Pick) -> str:
+def comparison_sentence(p: PlanView, pick: Pick) -> str:
     """Aggregated against disaggregated for one SLA, in one sentence."""
     what = pick.sla.describe()
     if not p.settings.aggregated:

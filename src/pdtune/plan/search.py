@@ -42,10 +42,10 @@ from pdtune.plan.pools import (
     Candidate,
     Factors,
     Rejected,
-    _Pool,
-    _measured_pool,
-    _modeled_pool,
-    _prune_sweeps,
+    Pool,
+    measured_pool,
+    modeled_pool,
+    prune_sweeps,
     candidate_topologies,
     pool_factors,
 )
@@ -274,15 +274,15 @@ def plan(
     p90 = tpot_p90_rule(s.tpot_p90_factor)
     pools = {}
     for role, gpu, given in (("prefill", prefill_gpu, prefill_results), ("decode", decode_gpu, decode_results)):
-        pools[role] = (_measured_pool(given, spec, gpu, role, s) if given
-                       else _modeled_pool(spec, gpu, role, s, factors[role].efficiency))
+        pools[role] = (measured_pool(given, spec, gpu, role, s) if given
+                       else modeled_pool(spec, gpu, role, s, factors[role].efficiency))
     ttft_limited = any(sla.max_ttft_ms is not None for sla in slas)
     unloaded = _unloaded_ttft(pools["prefill"])  # before pruning: the fastest prompt alone
-    _prune_sweeps(pools["prefill"], "prefill", s.osl)
+    prune_sweeps(pools["prefill"], "prefill", s.osl)
     if not ttft_limited:
         # Decode pruning can drop a slower sweep whose lower rate would let a lighter prefill point meet a TTFT
         # limit; with a TTFT limit every decode sweep stays.
-        _prune_sweeps(pools["decode"], "decode", s.osl)
+        prune_sweeps(pools["decode"], "decode", s.osl)
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
     rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
     agg_rejected: list[Rejected] = []
@@ -337,7 +337,7 @@ _COUNT_COLUMNS = ("n_prefill_workers", "n_decode_workers", "gpus_prefill", "gpus
                   "server_concurrency")
 
 
-def _unloaded_ttft(pool: _Pool) -> float:
+def _unloaded_ttft(pool: Pool) -> float:
     """The TTFT of one request alone on the fastest prefill candidate (its sweep's lowest TTFT), in ms."""
     values = [float(f["ttft_ms_p50"].min()) for f in pool.sweeps if len(f)]
     return min(values) if values else math.inf
@@ -351,7 +351,7 @@ def _model_id(spec: ModelSpec) -> str | None:
     return hub_id(spec)
 
 
-def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
+def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], prefill_gpu: GpuSpec,
                   decode_gpu: GpuSpec) -> None:
     """No candidate on a side, or no pair within the budget: bad input, naming the smallest deployment."""
     sides = {role: pools[role].candidates for role in ("prefill", "decode")}
@@ -407,7 +407,7 @@ class _Context:
     tpot_p90: TpotP90
 
 
-def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gpu: GpuSpec,
+def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], prefill_gpu: GpuSpec,
            decode_gpu: GpuSpec, factors: dict[str, Factors], p90: TpotP90,
            ) -> tuple[pd.DataFrame, dict[str, int], dict[str, dict[str, Any]]]:
     """Rate-match every prefill sweep with every decode sweep within the budget; add the KV transfer."""
@@ -441,7 +441,7 @@ def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, _Pool], prefill_gp
     return rows, counts, summary
 
 
-def _by_gpus(pool: _Pool) -> dict[int, list[pd.DataFrame]]:
+def _by_gpus(pool: Pool) -> dict[int, list[pd.DataFrame]]:
     out: dict[int, list[pd.DataFrame]] = {}
     for c, frame in zip(pool.candidates, pool.sweeps, strict=True):
         out.setdefault(c.gpus, []).append(frame)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pdtune.errors import InputError
 from pdtune.results.schema import Row, deployment_fields, number, text, whole
-from pdtune.results.vllm_bench import _PerRequest, completed_and_concurrency, name_hints, workload_from_totals
+from pdtune.results.vllm_bench import PerRequest, completed_and_concurrency, name_hints, workload_from_totals
 
 SOURCE = "sglang"
 
@@ -42,7 +42,7 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
         if input_tps is not None and output_tps is not None:
             total_tps = input_tps + output_tps
 
-    detail = _PerRequest(record, label)
+    detail = PerRequest(record, label)
     ttft_p99 = number(record.get("p99_ttft_ms"), label, "p99_ttft_ms")
     row: Row = {
         "source": SOURCE,

@@ -126,7 +126,7 @@ def name_topology(path: Path) -> str | None:
     return None
 
 
-class _PerRequest:
+class PerRequest:
     """The ``--save-detailed`` arrays of successful requests, in seconds."""
 
     def __init__(self, record: dict[str, Any], source: str) -> None:
@@ -222,7 +222,7 @@ def rows(path: Path, record: dict[str, Any], hints: dict[str, int] | None = None
     if total_tps is None and output_tps is not None and total_in is not None and duration:
         total_tps = output_tps + total_in / duration
 
-    detail = _PerRequest(record, label)
+    detail = PerRequest(record, label)
     ttft_p50, ttft_key = stat_ms(record, "median", "ttft", label)
     tpot_p50, tpot_key = stat_ms(record, "median", "tpot", label)
     tpot_mean, _ = stat_ms(record, "mean", "tpot", label)

@@ -34,7 +34,7 @@ from pdtune.sim.engine import EngineCore, SpecDecode
 from pdtune.sim.request import SimRequest
 from pdtune.sim.results import SimResult
 from pdtune.sim.router import DPLoadBalancer, RoundRobin
-from pdtune.sim.run import Clients, Clock, SimConfig, _check, _common, _records, build_cores, on_tokens, setup_engine
+from pdtune.sim.run import Clients, Clock, SimConfig, check_workload, common_value, request_records, build_cores, on_tokens, setup_engine
 from pdtune.sim.stepcost import StepCost
 from pdtune.sim.workload import Workload
 from pdtune.transfer import Link, pool_link, request_transfer
@@ -92,7 +92,7 @@ def simulate_disagg(prefill: Engine, decode: Engine, n_prefill: int, n_decode: i
     """Simulate ``workload`` on ``n_prefill`` prefill engines feeding ``n_decode`` decode engines (``xPyD``);
     every number is **modeled**. ``link`` defaults to :func:`pdtune.transfer.pool_link` for the deployment."""
     config = config or SimConfig()
-    _check(workload, config)
+    check_workload(workload, config)
     if n_prefill < 1 or n_decode < 1:
         raise InputError("--topology", "n_prefill/n_decode", "a disaggregated deployment needs at least one "
                          "prefill and one decode engine")
@@ -195,8 +195,8 @@ def simulate_disagg(prefill: Engine, decode: Engine, n_prefill: int, n_decode: i
         "topology": f"{n_prefill}x{prefill.topology.name}:{n_decode}x{decode.topology.name}",
         "prefill_topology": prefill.topology.name, "decode_topology": decode.topology.name,
         "n_prefill_workers": n_prefill, "n_decode_workers": n_decode, "gpus_prefill": gpus_p, "gpus_decode": gpus_d,
-        "mtp_tokens": decode.mtp_tokens, "isl": _common(r.isl for r in workload.main.requests),
-        "osl": _common(r.osl for r in workload.main.requests), "concurrency": workload.concurrency,
+        "mtp_tokens": decode.mtp_tokens, "isl": common_value(r.isl for r in workload.main.requests),
+        "osl": common_value(r.osl for r in workload.main.requests), "concurrency": workload.concurrency,
         "max_model_len": max_len, "link": link.name, "async_scheduling": config.async_scheduling,
         "kv_blocks": {c.name: (p_pool if c in p_pool.cores else d_pool).setup.layout.num_blocks * len(c.ranks)
                       for c in cores},
@@ -205,7 +205,7 @@ def simulate_disagg(prefill: Engine, decode: Engine, n_prefill: int, n_decode: i
         "request_overhead_s": efficiency.request_overhead_s,
     }
     result = SimResult(
-        records=_records(clients.records, template), duration_s=clients.main_end - clients.main_start,
+        records=request_records(clients.records, template), duration_s=clients.main_end - clients.main_start,
         gpus=gpus_p + gpus_d, timelines={c.name: c.timeline for c in cores},
         preemptions=sum(s.num_preemptions for c in cores for s in c.ranks), steps=sum(c.steps for c in cores),
         meta=meta, warmup_requests=clients.warmups,

@@ -26,18 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pdtune.sim.fastpath import decode_run
+from pdtune.sim.fastpath import InFlight, decode_run
 from pdtune.sim.request import SimRequest
 from pdtune.sim.scheduler import Scheduler, StepPlan
 from pdtune.sim.stepcost import StepCost
-
-
-@dataclass
-class _InFlight:
-    plans: list[StepPlan]
-    start: float
-    end: float
-    executed: bool
 
 
 #: The fields of the batch that times a step (:meth:`Timeline.batch_array`'s columns): the busiest rank's, as
@@ -106,7 +98,7 @@ class EngineCore:
         self.spec = spec
         self.k = spec.k if spec is not None else 0
         self.name = name
-        self.queue: deque[_InFlight] = deque()
+        self.queue: deque[InFlight] = deque()
         self.inputs: deque[tuple[float, int, SimRequest]] = deque()  # (time, rank, request), time order
         self.stage_free = [0.0] * cost.stages  # when each pipeline stage is free
         self.blocked = False  # waiting for the oldest batch
@@ -253,7 +245,7 @@ class EngineCore:
                     self.steps += 1
                     if self.record:
                         self._record(plans, end, end - start)
-                self.queue.appendleft(_InFlight(plans, now, end, executed))
+                self.queue.appendleft(InFlight(plans, now, end, executed))
                 if self.on_load is not None:
                     # P/D: an async KV load starts when the worker runs the step that allocated its blocks.
                     for rank, plan in enumerate(plans):
@@ -275,7 +267,7 @@ class EngineCore:
         t = self.next_input_time()
         return t if t < math.inf else None
 
-    def _finish(self, batch: _InFlight, now: float) -> None:
+    def _finish(self, batch: InFlight, now: float) -> None:
         """``update_from_output`` for every rank's part of the batch, at ``now`` (the batch's end)."""
         spec = self.spec
         for sched, plan in zip(self.ranks, batch.plans, strict=True):

@@ -11,11 +11,14 @@ anything that would need the scheduler's full rules: a request two steps from it
 blocks do not fit, an event from outside the engine (a request's arrival: routing reads the engine's counts),
 speculative decoding, pipeline parallelism. Sliding-window groups free the blocks that fall out of a request's
 window as it decodes: for them the run replays every block event in the scheduler's order (:func:`_window_plan`),
-and stops before an allocation that would fail or a step in which the waiting queue's head would fit. ``tests/test_sim_fastpath.py``
+and stops before an allocation that would fail or a step in which the waiting queue's head would fit.
+``tests/test_sim_run.py``
 checks that runs with and without it produce the same results, request by request.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,12 +26,18 @@ from pdtune.sim.kvcache import FULL, SLIDING
 from pdtune.sim.request import SimRequest, Status
 from pdtune.sim.scheduler import Scheduler, StepPlan
 
+
+@dataclass
+class InFlight:
+    """A step the engine has scheduled and not yet finished (async scheduling keeps one in flight)."""
+
+    plans: list[StepPlan]
+    start: float
+    end: float
+    executed: bool
+
 #: Runs shorter than this are left to the scheduler (setting one up costs a few requests' steps).
 MIN_RUN = 4
-
-
-def _steady(sched: Scheduler, asynchronous: bool) -> bool:
-    return _steady_head(sched, asynchronous)[0]
 
 
 def _steady_head(sched: Scheduler, asynchronous: bool) -> tuple[bool, int | None]:
@@ -287,7 +296,6 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
            needs: list[np.ndarray], asynchronous: bool,
            events: list[list[tuple[int, int, int, int]]] | None = None) -> None:
     """Advance every counter as ``m`` scheduled (and, async, ``m`` updated) decode steps would."""
-    from pdtune.sim.engine import _InFlight
 
     # Async: the batch in flight is updated at the first step's schedule point, then each new batch at the
     # next one; the last scheduled batch stays in flight. Update times: the in-flight end, then ends[:-1].
@@ -358,7 +366,7 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
             plans.append(plan)
     core.steps += m
     if asynchronous:
-        core.queue.appendleft(_InFlight(plans, ends[-2] if m >= 2 else prev.end, ends[-1], True))
+        core.queue.appendleft(InFlight(plans, ends[-2] if m >= 2 else prev.end, ends[-1], True))
     core.stage_free[0] = ends[-1]
 
 

@@ -272,7 +272,7 @@ def on_tokens(request: SimRequest, count: int, t: float) -> None:
     request.token_counts.append(count)
 
 
-def _records(requests: list[SimRequest], isl_extra: int = 0) -> list[RequestRecord]:
+def request_records(requests: list[SimRequest], isl_extra: int = 0) -> list[RequestRecord]:
     out = []
     for r in sorted(requests, key=lambda r: r.index):
         out.append(RequestRecord(r.index, r.rank, r.num_prompt_tokens - isl_extra, r.max_tokens, r.t_send,
@@ -296,7 +296,7 @@ def build_cores(setup: EngineSetup, cost: StepCost, spec: SpecDecode | None, con
     return cores, [(i, 0) for i in range(dp)]
 
 
-def _check(workload: Workload, config: SimConfig) -> None:
+def check_workload(workload: Workload, config: SimConfig) -> None:
     if not isinstance(workload, Workload):
         raise InputError("simulate", "workload", "expected a pdtune.sim.workload.Workload")
     if not (0 <= config.acceptance <= 1):
@@ -314,7 +314,7 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
     ``cost.with_efficiency(eff)`` to re-time with other factors).
     """
     config = config or SimConfig()
-    _check(workload, config)
+    check_workload(workload, config)
     template = engine.config.template_tokens
     max_len = config.max_model_len or (workload.max_len + template)
     if max_len < workload.max_len + template:
@@ -372,7 +372,7 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
     meta = {
         "label": workload.label, "model": engine.spec.name, "gpu": engine.gpu.name, "mode": "agg",
         "topology": topo.name, "gpus_decode": topo.gpus, "mtp_tokens": engine.mtp_tokens,
-        "isl": _common(r.isl for r in workload.main.requests), "osl": _common(r.osl for r in workload.main.requests),
+        "isl": common_value(r.isl for r in workload.main.requests), "osl": common_value(r.osl for r in workload.main.requests),
         "concurrency": workload.concurrency, "max_model_len": max_len,
         "max_num_batched_tokens": setup.scheduler.max_num_batched_tokens, "max_num_seqs": setup.scheduler.max_num_seqs,
         "async_scheduling": config.async_scheduling, "prefix_caching": setup.scheduler.enable_prefix_caching,
@@ -381,7 +381,7 @@ def simulate(engine: Engine, workload: Workload, *, efficiency: Efficiency, conf
         "request_overhead_s": efficiency.request_overhead_s,
     }
     result = SimResult(
-        records=_records(clients.records, template),
+        records=request_records(clients.records, template),
         duration_s=clients.main_end - clients.main_start,
         gpus=topo.gpus,
         timelines={c.name: c.timeline for c in cores},
@@ -411,7 +411,7 @@ def simulate_sweep(engine: Engine, concurrencies: list[int], isl: int, osl: int,
     return out
 
 
-def _common(values) -> int | None:  # type: ignore[no-untyped-def]
+def common_value(values) -> int | None:  # type: ignore[no-untyped-def]
     """The value every request has, else the rounded mean (a range ratio draws lengths)."""
     vals = list(values)
     if not vals:

@@ -17,7 +17,7 @@ How each harness draws lengths and starts clients, read from its source:
   gamma-distributed gaps (shape ``--burstiness``, 1 = Poisson) rescaled so the last one is at
   ``num_prompts / rate``. The test and warm-up requests repeat the first prompt, so with prefix caching the
   first measured request finds its prompt cached (simulated: they share its content).
-* srt-slurm's sa-bench (srtctl 0.3.0, ``benchmarks/scripts/sa-bench/bench.sh`` and its
+* srt-slurm's sa-bench (srtctl 0.3.0's ``srtctl/benchmarks/scripts/sa-bench/bench.sh`` and its
   ``benchmark_serving.py``): ``--random-range-ratio 0.8`` by default and the older rule, lengths uniform on
   ``[int(n r), n]`` from ``numpy.random.seed(seed)``'s ``randint``; ``10 x C`` prompts, after a separate
   warm-up run of ``2 x C`` prompts at the same concurrency; ``--ignore-eos``.

@@ -78,7 +78,7 @@ def check_toc(book_root: Path, toc_path: Path | None = None) -> int:
     """Raise :class:`InputError` naming every missing file; return how many files the toc lists."""
     toc = Path(toc_path) if toc_path else Path(book_root) / TOC_NAME
     entries = toc_entries(toc)
-    missing = [e for e in entries if resolve_entry(Path(book_root), e) is None]
+    missing = missing_entries(book_root, toc)
     if missing:
         names = ", ".join(
             m if Path(m).suffix in SOURCE_SUFFIXES else f"{m} (.md/.ipynb/.rst)" for m in missing

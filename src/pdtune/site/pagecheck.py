@@ -170,7 +170,7 @@ class PageReport:
         return found
 
 
-def _is_local(url: str) -> bool:
+def is_local(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme in {"data", "blob", "about", "file"}:
         return True
@@ -213,7 +213,7 @@ def _check_page(context: Any, base: str, root: Path, path: Path, screenshots: Pa
     page = context.new_page()
 
     def route(r: Any) -> None:
-        if _is_local(r.request.url):
+        if is_local(r.request.url):
             r.continue_()
         else:  # blocked, so the check itself never reaches the internet
             report.issues.append(f"{rel}: request leaves the machine: {r.request.url}")
@@ -223,7 +223,7 @@ def _check_page(context: Any, base: str, root: Path, path: Path, screenshots: Pa
     page.on("response", lambda r: r.status >= 400 and report.issues.append(f"{rel}: HTTP {r.status} {r.url}"))
     page.on(
         "requestfailed",
-        lambda r: _is_local(r.url) and report.issues.append(f"{rel}: request failed: {r.url} ({r.failure})"),
+        lambda r: is_local(r.url) and report.issues.append(f"{rel}: request failed: {r.url} ({r.failure})"),
     )
     page.on("pageerror", lambda e: report.issues.append(f"{rel}: script error: {e}"))
     try:

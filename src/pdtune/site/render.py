@@ -140,12 +140,6 @@ def _mimebundle(spec: dict[str, Any], chart_id: str, *, explicit: bool) -> dict[
     return {"text/html": body, "text/plain": f"<chart {element_id}: {title or 'untitled'}>"}
 
 
-def chart_html(chart: alt.TopLevelMixin, chart_id: str) -> str:
-    """The static-page HTML of ``chart`` (no bundle, no display); for tests and for saving a page by hand."""
-    _check_chart_id(chart_id)
-    return spec_html(chart.to_dict(), ID_PREFIX + chart_id)
-
-
 def show(chart: alt.TopLevelMixin, chart_id: str, *, when: bool = True, otherwise: str = "") -> None:
     """Display ``chart`` in a notebook as element ``pdtune-<chart_id>``, rendered offline.
 
@@ -240,10 +234,3 @@ def _slider(control: Any) -> Any:
         kind = ipywidgets.IntSlider if all(isinstance(v, int) for v in control) else ipywidgets.FloatSlider
         return kind(min=lo, max=hi, step=step, value=start)
     return control
-
-
-def reset_page() -> None:
-    """Forget the ids and the inline bundle of this session (tests; a notebook after clearing outputs)."""
-    global _bundle_sent
-    _shown_ids.clear()
-    _bundle_sent = False

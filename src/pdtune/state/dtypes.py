@@ -16,7 +16,7 @@ nvfp4, nvfp4_4over6                   2 (d / 2 + d / 16): fp4 values and fp8 sca
 turboquant_k8v4 / _4bit_nc /          one packed K+V slot, ``TurboQuantConfig.slot_size_    TURBOQUANT
 _k3v4_nc / _3bit_nc                   aligned``: K fp8 (d) or d bits/8 + 2, V d bits/8 + 4
 ultraquant_4bit                       d + 2 d / 32 (4-bit codes and UE8M0 scales per 32)     ULTRAQUANT
-fp8_ds_mla, nvfp4_ds_mla              MLA only: 656 and 352 bytes per token                  sparse MLA
+fp8_ds_mla, nvfp4_ds_mla              MLA only: packed (``DS_MLA_BYTES_PER_TOKEN``)            sparse MLA
 octave_*                              ROCm-only layouts (``rocm_octave.py``): not modelled   ROCM_OCTAVE
 ====================================  =====================================================  =================
 
@@ -49,6 +49,11 @@ _TURBOQUANT = {"turboquant_k8v4": (8, 4), "turboquant_4bit_nc": (4, 4), "turboqu
                "turboquant_3bit_nc": (3, 3)}
 
 _FP8 = {"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"}
+
+
+#: DeepSeek-V3.2's packed sparse-MLA layouts, bytes per token (vLLM's ``FlashMLASparseBackend``): fp8_ds_mla is the
+#: 512-dim latent in fp8 (512 B), four float32 scales (16 B) and the 64-dim RoPE part in bf16 (128 B): 656.
+DS_MLA_BYTES_PER_TOKEN = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
 
 
 @dataclass(frozen=True)
@@ -114,10 +119,8 @@ class KVDtype:
         return 1, (head_size + head_size_v) * self.element_bytes
 
     def mla_bytes_per_token(self, latent_dim: int) -> int:
-        if self.name == "fp8_ds_mla":
-            return 656
-        if self.name == "nvfp4_ds_mla":
-            return 352
+        if self.name in DS_MLA_BYTES_PER_TOKEN:
+            return DS_MLA_BYTES_PER_TOKEN[self.name]
         if self.name == "nvfp4" or self.name == "nvfp4_4over6":
             raise InputError("--kv-cache-dtype", "kv_cache_dtype",
                              "nvfp4 KV cache is not supported with MLA (use fp8, auto or nvfp4_ds_mla)")

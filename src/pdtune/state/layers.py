@@ -58,7 +58,7 @@ def attention_page(spec: ModelSpec, layer: CacheLayer, tp: int, kvd: KVDtype, bl
             raise InputError(spec.source, "kv_lora_rank", "missing for an MLA layer")
         latent = kvd.mla_bytes_per_token(m.latent_dim)
         indexer = spec.indexer.bytes_per_token if spec.indexer is not None else 0
-        return MLAPage(block, m.latent_dim, kvd.element_bytes, fp8_ds_mla=kvd.name == "fp8_ds_mla",
+        return MLAPage(block, m.latent_dim, kvd.element_bytes,
                        latent_bytes_per_token=latent if latent != m.latent_dim * kvd.element_bytes else None,
                        indexer_bytes_per_token=indexer)
     a = spec.attention

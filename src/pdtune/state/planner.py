@@ -52,10 +52,9 @@ _EXACT_SIZES: dict[str, tuple[int, ...]] = {"FLASHINFER": (16, 32, 64), "FLASHIN
                                             "CUTLASS_MLA": (128,), "FLASHMLA": (64,), "TURBOQUANT": (16, 32, 64, 128)}
 #: DeepSeek-V3.2's indexer backend takes 64-token blocks only (``DeepseekV32IndexerBackend``).
 INDEXER_BLOCK_TOKENS = 64
-#: FlashInfer's GDN prefill kernel exports states on a 64-token grid (``gdn_attn.py``, 0.33).
+#: FlashInfer's GDN prefill kernel, vLLM's default for GatedDeltaNet, exports states on a 64-token grid
+#: (``gdn_attn.py``, 0.33). KDA layers prefill with vLLM's default Triton kernel, which exports none.
 FLASHINFER_GDN_CHECKPOINT_TOKENS = 64
-#: FlashKDA exports KDA checkpoints on a 16-token grid (``kda_checkpoint.py``).
-FLASHKDA_CHECKPOINT_TOKENS = 16
 
 SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "draft_model")
 
@@ -74,9 +73,7 @@ def plan_state(
     mamba_cache_mode: str | None = None,
     block_size: int | None = None,
     attention_backend: str | None = None,
-    gdn_prefill_backend: str = "flashinfer",
     max_num_batched_tokens: int = 8192,
-    include_draft_layers: bool | None = None,
     speculative_model: ModelSpec | None = None,
     speculative_method: str | None = None,
     decode_context_parallel_size: int = 1,
@@ -86,14 +83,14 @@ def plan_state(
     async_scheduling: bool | None = None,
     mamba_block_size: int | None = None,
     kv_cache_dtype_skip_layers: tuple[str, ...] | list[str] = (),
-    kda_prefill_backend: str = "triton",
     check_max_model_len: bool = True,
 ) -> StatePlan:
     """Plan one TP rank's KV cache for ``spec`` the way vLLM ``vllm`` would.
 
     ``prefix_caching`` mirrors ``--enable-prefix-caching`` (vLLM's own default is on; PD deployments
-    usually turn it off). ``include_draft_layers`` adds the MTP module's attention layers to the cache
-    when speculating (vLLM does; the article does not); by default it follows the version: on for 0.20+.
+    usually turn it off). The MTP module's attention layers join the cache when speculating from 0.20 on
+    (vLLM does; the article, 0.11's arithmetic, does not). GatedDeltaNet and KDA layers prefill with vLLM's
+    default kernels (FlashInfer, Triton).
     ``speculative_model`` is an EAGLE/EAGLE3 head or a separate draft model (its layers join the cache);
     ``decode_context_parallel_size`` shards full-attention tokens over that many ranks of the TP group.
     ``hybrid_kv_cache_manager``: None lets vLLM decide (off for chunked local attention unless
@@ -160,8 +157,7 @@ def plan_state(
                                     mamba_ssm_cache_dtype, max_model_len)
         if attention_layers:
             block, mamba_pad = _align_hybrid(spec, sem, kvd, tp, rec_shapes.config_state_bytes, base_block,
-                                             kernel_block, backend, mode, gdn_prefill_backend,
-                                             kda_prefill_backend, notes)
+                                             kernel_block, backend, mode, notes)
             if block_size is not None and block != block_size:
                 notes.append(f"--block-size {block_size} is too small for the recurrent state; vLLM raises it to {block}")
     skip_pad: int | None = None
@@ -177,8 +173,7 @@ def plan_state(
         if layer.kind.is_recurrent:
             assert rec_shapes is not None
             page = replace(rec_shapes.page, block_size=mamba_block)
-            page = _recurrent_blocks_setup(spec, sem, page, mode, num_speculative_tokens, gdn_prefill_backend,
-                                           kda_prefill_backend)
+            page = _recurrent_blocks_setup(spec, sem, page, mode, num_speculative_tokens)
             if mamba_pad is not None:
                 if mamba_pad < page.state_bytes:
                     raise InputError(spec.source, "layer_types", "vLLM asserts here: the recurrent page "
@@ -194,7 +189,7 @@ def plan_state(
             page = _sliding_block(page, backend, block, skip_pad if layer_dtype is auto else None, sem)
         slots.append(Slot(layer.index, page))
     if speculation is not None:
-        draft_slots = _draft_slots(spec, sem, speculation, kvd, block, dcp, include_draft_layers)
+        draft_slots = _draft_slots(spec, sem, speculation, kvd, block, dcp)
         draft_count = len(draft_slots)
         slots += draft_slots
         if draft_count:
@@ -386,17 +381,12 @@ def _attn_page_one_token(spec: ModelSpec, kvd: KVDtype, tp: int) -> int:
     return max(1, a.num_kv_heads // tp) * slots * slot_bytes
 
 
-def _checkpoint_alignment(spec: ModelSpec, gdn_prefill_backend: str, kda_prefill_backend: str) -> int:
-    if spec.gdn is not None and gdn_prefill_backend == "flashinfer":
-        return FLASHINFER_GDN_CHECKPOINT_TOKENS
-    if spec.kda is not None and kda_prefill_backend == "flashkda":
-        return FLASHKDA_CHECKPOINT_TOKENS
-    return 1
+def _checkpoint_alignment(spec: ModelSpec) -> int:
+    return FLASHINFER_GDN_CHECKPOINT_TOKENS if spec.gdn is not None else 1
 
 
 def _align_hybrid(spec: ModelSpec, sem: Semantics, kvd: KVDtype, tp: int, state_bytes: int, base_block: int,
-                  kernel_block: int, backend: str, mode: MambaCacheMode, gdn_prefill_backend: str,
-                  kda_prefill_backend: str, notes: list[str]) -> tuple[int, int | None]:
+                  kernel_block: int, backend: str, mode: MambaCacheMode, notes: list[str]) -> tuple[int, int | None]:
     """The attention block that makes one attention page cover one recurrent state, and the padded page."""
     per_token = _attn_page_one_token(spec, kvd, tp)
     if not sem.kernel_alignment:
@@ -410,7 +400,7 @@ def _align_hybrid(spec: ModelSpec, sem: Semantics, kvd: KVDtype, tp: int, state_
         if sem.mla_hybrid_128 and spec.mla is not None:
             align = max(align, 128)
         if sem.gdn_checkpoint_block and mode is MambaCacheMode.ALIGN:
-            align = math.lcm(align, _checkpoint_alignment(spec, gdn_prefill_backend, kda_prefill_backend))
+            align = math.lcm(align, _checkpoint_alignment(spec))
         needed = align * cdiv(state_bytes, align * per_token)
         needed = KERNEL_BLOCK_TOKENS[backend] * cdiv(needed, KERNEL_BLOCK_TOKENS[backend])
     block = max(base_block, needed)
@@ -472,10 +462,9 @@ def _sliding_block(page: AttentionPage, backend: str, block: int, shared_page: i
 
 
 def _recurrent_blocks_setup(spec: ModelSpec, sem: Semantics, page: RecurrentPage, mode: MambaCacheMode,
-                            num_spec: int, gdn_prefill_backend: str, kda_prefill_backend: str) -> RecurrentPage:
+                            num_spec: int) -> RecurrentPage:
     exports = ((spec.mamba is not None and sem.mamba2_checkpoint_block)
-               or (spec.gdn is not None and sem.gdn_checkpoint_block and gdn_prefill_backend == "flashinfer")
-               or (spec.kda is not None and sem.gdn_checkpoint_block and kda_prefill_backend == "flashkda"))
+               or (spec.gdn is not None and sem.gdn_checkpoint_block))
     return replace(page, spec_blocks=num_spec, checkpoint_blocks=int(exports))
 
 
@@ -490,13 +479,11 @@ def recurrent_blocks(sem: Semantics, page: RecurrentPage, request: RequestShape,
     return 2 + page.spec_blocks + page.checkpoint_blocks
 
 
-def _draft_slots(spec: ModelSpec, sem: Semantics, speculation: Speculation, kvd: KVDtype, block: int, dcp: int,
-                 include: bool | None) -> list[Slot]:
+def _draft_slots(spec: ModelSpec, sem: Semantics, speculation: Speculation, kvd: KVDtype, block: int,
+                 dcp: int) -> list[Slot]:
     base = spec.num_layers
-    if speculation.draft is None:  # MTP: the target's own next-token modules
-        if include is None:
-            include = sem.spec_in_recurrent_blocks
-        if not include or spec.num_mtp_layers == 0:
+    if speculation.draft is None:  # MTP: the target's own next-token modules (in the cache from 0.20)
+        if not sem.spec_in_recurrent_blocks or spec.num_mtp_layers == 0:
             return []
         return [Slot(layer.index, attention_page(spec, layer, speculation.draft_tp, kvd, block, dcp), draft=True)
                 for layer in draft_layers(spec, spec.num_mtp_layers)]

@@ -115,8 +115,7 @@ class MLAPage:
     block_size: int
     latent_dim: int
     dtype_bytes: int
-    fp8_ds_mla: bool = False  # DeepSeek-V3.2's packed fp8 layout: 656 bytes per token
-    latent_bytes_per_token: int | None = None  # the packed *_ds_mla sizes
+    latent_bytes_per_token: int | None = None  # a packed layout's size (pdtune.state.dtypes.DS_MLA_BYTES_PER_TOKEN)
     indexer_bytes_per_token: int = 0
 
     kind = LayerKind.MLA
@@ -125,7 +124,7 @@ class MLAPage:
     def latent_bytes(self) -> int:
         if self.latent_bytes_per_token is not None:
             return self.latent_bytes_per_token
-        return 656 if self.fp8_ds_mla else self.latent_dim * self.dtype_bytes
+        return self.latent_dim * self.dtype_bytes
 
     @property
     def bytes_per_token(self) -> int:

@@ -22,7 +22,7 @@ from pdtune import limits, switches, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import LayerKind
 from pdtune.units import GiB
-from pdtune.vllm_log.parse import VllmLog, _short_version
+from pdtune.vllm_log.parse import VllmLog, short_version
 from pdtune.vllm_log.records import EngineConfig, WorkerLog
 
 #: The vLLM lines whose source pdtune follows (their wheels were read).
@@ -160,7 +160,7 @@ def _check_engine(log: VllmLog, engine: WorkerLog, spec: Any, draft: Any, given:
     conf = log.config_for(engine)
     s = _Settings(log.path)
     raw_version = given["vllm"] or conf.version
-    version = _short_version(raw_version)
+    version = short_version(raw_version)
     if version is None:
         raise InputError(log.path, "version", "the log does not name the vLLM version: pass --vllm")
     if given["vllm"] is not None:

@@ -166,14 +166,14 @@ class VllmLog:
         if util is None:
             if not conf.args_logged:
                 raise InputError(label, "gpu_memory_utilization", "not in the log: pass it")
-            util = default_gpu_memory_utilization(_short_version(conf.version) or versions.CURRENT)
+            util = default_gpu_memory_utilization(short_version(conf.version) or versions.CURRENT)
             notes.append(f"gpu_memory_utilization not set: vLLM's default {util}")
         if w.weights is None:
             raise InputError(label, "Model loading took", "no weights line for this process")
         estimate = 0
         if w.cudagraph_estimate is not None and w.cudagraph_estimate_applied is not False:
             estimate = w.cudagraph_estimate
-        version = _short_version(conf.version) or "0.26"
+        version = short_version(conf.version) or "0.26"
         base = Waterfall(total=total, gpu_memory_utilization=util, weights=w.weights, activation_peak=0,
                          non_torch=0, cudagraph_estimate=estimate, source=label, version=version)
         if w.consumed is not None and w.peak_activation is not None:
@@ -213,7 +213,7 @@ def _dp_index(name: str) -> int | None:
 _DP = re.compile(r"_DP(\d{1,6})")
 
 
-def _short_version(version: str | None) -> str | None:
+def short_version(version: str | None) -> str | None:
     if not version:
         return None
     hit = re.match(r"v?(\d+)\.(\d+)", version)

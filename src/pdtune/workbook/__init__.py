@@ -12,34 +12,37 @@ the GPU and its memory, the workload, the topologies, where the benchmark result
 3. writes one executed ``.ipynb`` per chapter, ``summary.json`` and ``summary.md``, and with ``html=True``
    a Jupyter Book of the executed notebooks.
 
-Everything is written into a hidden folder beside the output folder and renamed into place at the end, so
-the output folder appears whole or not at all. A failing chapter does not stop the others: it is reported
+Everything is written into a folder beside the output folder and swapped into place at the end
+(:class:`pdtune.io.FolderSwap`), so the output folder appears whole or not at all. A failing chapter does not stop the others: it is reported
 with the cell (and its line in the chapter's source) where it failed, and its executed notebook, error
 included, is kept.
 
 The parts, one file each (everything below is re-exported here):
 
-* :mod:`.parameters` — the parameters file, checked in full; the chapters and the parameters each declares;
-* :mod:`.running` — papermill jobs in a process pool, progress, failures located, staging and the swap;
+* :mod:`.parameters` — the parameters file, checked in full;
+* :mod:`.chapter` — the chapters of the book, the parameters each declares, how each run went (a leaf: the
+  others read its records, it reads none of theirs);
+* :mod:`.running` — papermill jobs in a process pool, progress, failures located, the output swapped in whole;
 * :mod:`.summary` — the key numbers (``summary.json``, ``summary.md``), computed by pdtune, not read back;
-* :mod:`.minibook` — the executed chapters as a small HTML book.
+* :mod:`.minibook` — the executed chapters as a small HTML book;
+* :mod:`.planning` — the ``plan:`` section: ``pdtune plan``'s search in a child process, ``plan/plan.json`` and
+  the picks' recipes.
 """
 
 from pdtune.workbook.minibook import HTML_DIR, HTML_LOG, SUMMARY_PAGE, HtmlBuild, build_html
-from pdtune.workbook.parameters import (
+from pdtune.workbook.chapter import (
     CHAPTER_DIR,
-    PATH_FIELDS,
     Chapter,
-    Parameters,
+    ChapterResult,
     ParametersCell,
     book_chapters,
     chapter_parameters,
-    check_inputs,
-    load_parameters,
+    first_chapter_of,
     read_chapter,
     read_parameters_cell,
 )
-from pdtune.workbook.running import CELL_TIMEOUT, ChapterResult, WorkbookResult, run_workbook
+from pdtune.workbook.parameters import PATH_FIELDS, Parameters, check_inputs, load_parameters
+from pdtune.workbook.running import CELL_TIMEOUT, WorkbookResult, run_workbook
 from pdtune.workbook.summary import SUMMARY_JSON, SUMMARY_MD, KeyNumbers, key_numbers, to_markdown
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "build_html",
     "chapter_parameters",
     "check_inputs",
+    "first_chapter_of",
     "key_numbers",
     "load_parameters",
     "read_chapter",

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -25,11 +25,8 @@ from pdtune.guarded import read_yaml
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.site.bookexec import kernel_env
-from pdtune.workbook.parameters import CHAPTER_DIR, Chapter
+from pdtune.workbook.chapter import CHAPTER_DIR, Chapter, ChapterResult
 from pdtune.workbook.summary import to_markdown
-
-if TYPE_CHECKING:
-    from pdtune.workbook.running import ChapterResult
 
 
 HTML_DIR = "html"

@@ -1,19 +1,15 @@
-"""What the workbook runs, with what: the parameters file, checked in full, and the chapters of the book.
+"""What the workbook runs with: the parameters file, checked in full.
 
 :func:`load_parameters` reads a parameters file into a :class:`~pdtune.scenario.Scenario`, refusing a key
 given twice, with every path it names made absolute and checked, the model, the GPU, the vLLM line and
 the topologies resolved (:func:`check_inputs`), so bad input stops before anything runs, naming the file
-and the key. :func:`book_chapters` lists the chapters of ``_toc.yml``; :func:`read_parameters_cell` reads
-the ``parameters`` cell each declares, and :func:`chapter_parameters` picks the values to inject into it.
+and the key. The chapters it runs them on are :mod:`pdtune.workbook.chapter`'s.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
 import os
 import typing
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,16 +23,11 @@ from pdtune.model import load_model, models_dir
 from pdtune.paths import REPO_ROOT
 from pdtune.results import parse_gpus
 from pdtune.scenario import COMPUTED_FIELDS, Scenario, fill_defaults
-from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.topology import parse_topology
 
 
 #: Scenario fields that hold paths; a chapter receives them absolute.
 PATH_FIELDS: tuple[str, ...] = ("vllm_logs", "prefill_results", "decode_results", "disagg_results")
-
-
-#: Toc entries in this folder are chapters (notebooks); every other entry is a prose page.
-CHAPTER_DIR = "notebooks"
 
 
 @dataclass(frozen=True)
@@ -244,128 +235,3 @@ def _check_workload(scenario: Scenario, spec: Any, source: Path) -> None:
     except InputError as exc:
         field = exc.field if exc.field in ("kv_cache_dtype", "vllm") else "isl"
         raise InputError(source, field, f"isl + osl = {scenario.isl + scenario.osl:,}: {exc.message}") from None
-
-
-@dataclass(frozen=True)
-class Chapter:
-    """One notebook listed in the book's table of contents; ``source`` is None while nobody has written it."""
-
-    number: int
-    entry: str
-    source: Path | None
-
-    @property
-    def name(self) -> str:
-        """``01_state``: the entry's file name without its suffix, which names the executed notebook."""
-        entry = Path(self.entry)
-        return entry.stem if entry.suffix in (".md", ".ipynb") else entry.name
-
-    @property
-    def notebook(self) -> str:
-        return f"{self.name}.ipynb"
-
-    @property
-    def folder(self) -> str:
-        """The entry's folder inside the book (``notebooks``)."""
-        return str(Path(self.entry).parent)
-
-
-def book_chapters(book_root: Path = REPO_ROOT) -> list[Chapter]:
-    """The chapters of the book at ``book_root``, in reading order, from its ``_toc.yml``."""
-    book_root = Path(book_root)
-    entries = [e for e in toc_entries(book_root / TOC_NAME) if Path(e).parts[:1] == (CHAPTER_DIR,)]
-    return [Chapter(i, e, resolve_entry(book_root, e)) for i, e in enumerate(entries, start=1)]
-
-
-def read_chapter(path: Path) -> Any:
-    """A chapter as a notebook (jupytext reads MyST markdown and ``.ipynb`` alike)."""
-    import jupytext
-
-    return jupytext.read(path)
-
-
-@dataclass(frozen=True)
-class ParametersCell:
-    """A chapter's cell tagged ``parameters``, as Python reads it and as papermill lists it."""
-
-    names: tuple[str, ...]  # every name the cell assigns, in order (Python's own parser)
-    listed: dict[str, Any]  # what ``papermill --help-notebook`` lists: name -> type, default, help
-
-    @property
-    def unlisted(self) -> tuple[str, ...]:
-        """Assigned names papermill cannot read (it skips any line with a second ``=``, even in a comment)."""
-        return tuple(n for n in self.names if n not in self.listed)
-
-
-def read_parameters_cell(nb: Any) -> ParametersCell | None:
-    """The first code cell tagged ``parameters`` (None when there is none)."""
-    import logging
-
-    from papermill.translators import papermill_translators
-
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
-            kernel = nb.metadata.get("kernelspec", {})
-            translator = papermill_translators.find_translator(kernel.get("name", "python3"),
-                                                               kernel.get("language", "python"))
-            papermill_log = logging.getLogger("papermill")
-            level = papermill_log.level
-            papermill_log.setLevel(logging.ERROR)  # its "Unable to parse line" becomes a chapter note instead
-            try:
-                listed = {p.name: p for p in translator.inspect(cell)}
-            finally:
-                papermill_log.setLevel(level)
-            return ParametersCell(_assigned_names(cell.source), listed)
-    return None
-
-
-def _assigned_names(source: str) -> tuple[str, ...]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return ()
-    names: list[str] = []
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AnnAssign) else []
-        names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
-    return tuple(names)
-
-
-@functools.cache
-def _first_chapters(book_root: Path) -> dict[str, str]:
-    first: dict[str, str] = {}
-    for chapter in book_chapters(book_root):
-        if chapter.source is None:
-            continue
-        cell = read_parameters_cell(read_chapter(chapter.source))
-        for name in cell.names if cell is not None else ():
-            first.setdefault(name, chapter.name)
-    return first
-
-
-def first_chapter_of(name: str, book_root: Path = REPO_ROOT) -> str | None:
-    """The first chapter (``02_memory``) whose parameters cell declares ``name``: where a value the parameters
-    file left out is listed (:func:`pdtune.chapters.display.defaults_note`); None when no chapter takes it."""
-    return _first_chapters(Path(book_root)).get(name.split(".", 1)[0])  # plan.max_gpus: the chapter of plan
-
-
-def chapter_parameters(names: Iterable[str], values: dict[str, Any]) -> dict[str, Any]:
-    """The values to inject: the names the chapter assigns that the scenario knows, nothing else."""
-    return {name: values[name] for name in names if name in values}
-
-
-def _declaration_notes(cell: ParametersCell | None, values: dict[str, Any]) -> list[str]:
-    if cell is None:
-        return ["no cell tagged 'parameters': the chapter ran with its own values"]
-    notes = []
-    unknown = [n for n in cell.names if n not in values]
-    if unknown:
-        notes.append(f"kept its own value for {', '.join(unknown)} (not a workbook parameter)")
-    if cell.unlisted:
-        notes.append(f"papermill cannot read the parameters-cell line of {', '.join(cell.unlisted)} (a "
-                     "second '=' on it, perhaps in the comment): set anyway, but --help-notebook omits it")
-    untyped = [n for n, p in cell.listed.items() if p.inferred_type_name in (None, "None")]
-    if untyped:
-        notes.append(f"parameters without a type annotation: {', '.join(untyped)}")
-    return notes

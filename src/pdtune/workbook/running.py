@@ -3,8 +3,9 @@
 Each chapter runs in its own process (papermill changes the working folder), ``jobs`` at a time, with a
 progress bar per chapter drawn from the workers' cell events. A failing chapter does not stop the others:
 it is reported with the cell (and its line in the chapter's source) where it failed, and its executed
-notebook, error included, is kept. Everything is written into a hidden staging folder beside the output
-folder and renamed into place at the end, so the output folder appears whole or not at all.
+notebook, error included, is kept. Everything is written into a staging folder beside the output folder and
+swapped into place at the end (:class:`pdtune.io.FolderSwap`), so the output folder appears whole or not at all,
+and a second run into the same folder meanwhile is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import os
 import queue as queue_module
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -26,27 +26,27 @@ from typing import Any
 
 from pdtune.errors import InputError
 from pdtune.guarded import read_yaml
-from pdtune.io import lock, output_folder, release, remove_stale
+from pdtune.io import FolderSwap
 from pdtune.signals import die_with_parent
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME
 from pdtune.site.bookexec import kernel_env
 from pdtune.site.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.workbook.minibook import HtmlBuild, build_html
-from pdtune.workbook.parameters import (
+from pdtune.workbook.chapter import (
     CHAPTER_DIR,
-    PATH_FIELDS,
     Chapter,
-    Parameters,
+    ChapterResult,
     ParametersCell,
-    _declaration_notes,
     book_chapters,
     chapter_parameters,
+    declaration_notes,
     read_chapter,
     read_parameters_cell,
 )
+from pdtune.workbook.parameters import PATH_FIELDS, Parameters
 from pdtune.workbook.planning import PLAN_DIR, scenario_plan, write_plan
-from pdtune.workbook.summary import SUMMARY_JSON, _summary, _write_summary, key_numbers
+from pdtune.workbook.summary import SUMMARY_JSON, key_numbers, summary_record, write_summary
 
 
 #: Seconds one cell may run, as ``_config.yml``'s ``execute.timeout`` allows the book build.
@@ -54,46 +54,6 @@ CELL_TIMEOUT = 300
 
 
 _PROGRESS_ENGINE = "pdtune-progress"
-
-
-@dataclass(frozen=True)
-class ChapterResult:
-    """How one chapter went. ``status`` is ``ok``, ``failed`` or ``missing``."""
-
-    number: int
-    name: str
-    entry: str
-    status: str
-    notebook: str | None = None  # file name inside the output folder
-    seconds: float | None = None
-    cell: int | None = None  # 1-based position of the failing cell among the chapter's cells
-    line: int | None = None  # its first line in the chapter's source file
-    section: str | None = None  # the heading above it
-    error: str | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def failed_at(self) -> str:
-        """``cell 12 (line 142 of notebooks/03_graphs.md, under "Graph counts")``; empty when unknown."""
-        if self.cell is None:
-            return "" if self.line is None else f"line {self.line} of {self.entry}"
-        where = [f"line {self.line} of {self.entry}"] if self.line else []
-        if self.section:
-            where.append(f'under "{self.section}"')
-        return f"cell {self.cell}" + (f" ({', '.join(where)})" if where else "")
-
-    def describe(self) -> str:
-        if self.status == "ok":
-            return f"ok in {self.seconds:.1f} s"
-        if self.status == "missing":
-            return f"missing: {self.entry} is listed in {TOC_NAME} but does not exist"
-        return f"FAILED{' at ' + self.failed_at if self.failed_at else ''}: {self.error}"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-        if self.status == "failed":
-            out["failed_at"] = self.failed_at
-        return out
 
 
 @dataclass(frozen=True)
@@ -383,45 +343,44 @@ def run_workbook(
     without ``force``, or results pdtune cannot read. Chapter failures are results, not exceptions.
     """
     out = Path(out)
-    target = output_folder(out)  # a link to a folder is written through; a file or FIFO there is refused
     book_root = Path(book_root).resolve()
-    _check_out(out, force, params, book_root)
-    chapters = book_chapters(book_root)
-    if not chapters:
-        raise InputError(book_root / TOC_NAME, "chapters", f"lists no notebook under {CHAPTER_DIR}/")
-    if html:
-        if not (book_root / "_config.yml").is_file():
-            raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
-        read_yaml(book_root / "_config.yml", "_config.yml")  # one that cannot be read fails now, not at the end
-    # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
-    from pdtune.switches import vllm_environment
+    # Locked from the first check to the swap: a second run into the same --out is refused, never raced.
+    with FolderSwap(out) as swap:
+        _check_out(out, force, params, book_root)
+        chapters = book_chapters(book_root)
+        if not chapters:
+            raise InputError(book_root / TOC_NAME, "chapters", f"lists no notebook under {CHAPTER_DIR}/")
+        if html:
+            if not (book_root / "_config.yml").is_file():
+                raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
+            read_yaml(book_root / "_config.yml", "_config.yml")  # one that cannot be read fails now, not at the end
+        # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
+        from pdtune.switches import vllm_environment
 
-    with vllm_environment(params.resolved.environment(str(params.source)), "vllm_env"):
-        numbers = key_numbers(params.resolved)
-    # The plan's search too: a budget nothing fits stops here, naming the parameters file and plan.max_gpus.
-    planned = scenario_plan(params.resolved, params.source)
+        with vllm_environment(params.resolved.environment(str(params.source)), "vllm_env"):
+            numbers = key_numbers(params.resolved)
+        # The plan's search too: a budget nothing fits stops here, naming the parameters file and plan.max_gpus.
+        planned = scenario_plan(params.resolved, params.source)
 
-    values = params.values()
-    cells: dict[int, ParametersCell | None] = {}
-    outcomes: dict[int, dict[str, Any]] = {}
-    for c in chapters:
-        if c.source is None:
-            continue
-        try:
-            cells[c.number] = read_parameters_cell(read_chapter(c.source))
-        except Exception as exc:  # a chapter jupytext cannot read fails alone, like one that raises
-            error = f"cannot read the chapter: {exc}".splitlines()[0]
-            outcomes[c.number] = {"status": "failed", "error": error}
-    notes = {number: _declaration_notes(cell, values) for number, cell in cells.items()}
-    # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
-    # it would cost seconds each. A no-op when the dir is current.
-    from pdtune.site.vendor import VENDOR_DIR, write_vendor
+        values = params.values()
+        cells: dict[int, ParametersCell | None] = {}
+        outcomes: dict[int, dict[str, Any]] = {}
+        for c in chapters:
+            if c.source is None:
+                continue
+            try:
+                cells[c.number] = read_parameters_cell(read_chapter(c.source))
+            except Exception as exc:  # a chapter jupytext cannot read fails alone, like one that raises
+                error = f"cannot read the chapter: {exc}".splitlines()[0]
+                outcomes[c.number] = {"status": "failed", "error": error}
+        notes = {number: declaration_notes(cell, values) for number, cell in cells.items()}
+        # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
+        # it would cost seconds each. A no-op when the dir is current.
+        from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
-    write_vendor(VENDOR_DIR)
+        write_vendor(VENDOR_DIR)
 
-    staging = _new_staging(target, out)
-    try:
-        _chmod_like_mkdir(staging)
+        staging = swap.staging
         prepared = []
         for c in chapters:
             if c.source is None or c.number not in cells:
@@ -439,7 +398,7 @@ def run_workbook(
             _chapter_result(c, outcomes.get(c.number), notes.get(c.number, []), staging, book_root)
             for c in chapters
         )
-        summary = _summary(numbers, params, results)
+        summary = summary_record(numbers, params, [r.to_dict() for r in results])
         summary["plan"] = write_plan(staging / PLAN_DIR, planned, recipes=params.resolved.plan.recipes)
         html_build = None
         if html:
@@ -447,61 +406,9 @@ def run_workbook(
                 log("building the HTML book")
             html_build = build_html(staging, chapters, results, summary, book_root)
             summary["html"] = html_build.to_dict()
-        _write_summary(staging, summary, results)
-        _swap_into_place(staging, target)
-    except BaseException:
-        release(staging)  # whatever stopped the run (a signal included): no staging folder stays behind
-        raise
-    release(staging, remove=False)  # it is the output folder now
+        write_summary(staging, summary)
+        swap.commit()
     return WorkbookResult(out=out, chapters=results, summary=summary, html=html_build)
-
-
-#: Hidden folders beside the output folder: the one being built, and the previous output during the swap.
-STAGING_PREFIX = ".pdtune-workbook-"
-OLD_PREFIX = ".pdtune-workbook-old-"
-
-
-def _new_staging(target: Path, out: Path) -> Path:
-    """A locked staging folder beside ``target``, once the leftovers of killed runs there are cleared away."""
-    created = _make_parent(target.parent, out)
-    parent = target.parent
-    if not created:
-        # A run killed during the swap left the previous output in its old- folder and none in place: put it back.
-        remove_stale(parent, _old_prefix(target), restore=lambda old: _restore_previous(old, target))
-        remove_stale(parent, STAGING_PREFIX, exclude=OLD_PREFIX)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=parent))
-    except OSError as exc:
-        raise InputError(out, "--out", f"cannot write there: {exc.strerror or exc}") from None
-    lock(staging)
-    return staging
-
-
-def _make_parent(folder: Path, out: Path) -> bool:
-    """Create the output's parent folder if missing (True when it was); failures are one line naming --out."""
-    if folder.is_dir():
-        return False
-    try:
-        folder.mkdir(parents=True)
-    except OSError as exc:
-        raise InputError(out, "--out", f"cannot create {folder}: {exc.strerror or exc}") from None
-    return True
-
-
-def _old_prefix(target: Path) -> str:
-    return f"{OLD_PREFIX}{target.name[:80]}-"
-
-
-def _restore_previous(old: Path, target: Path) -> None:
-    if (old / "previous").is_dir() and not target.exists():
-        os.replace(old / "previous", target)
-
-
-def _chmod_like_mkdir(folder: Path) -> None:
-    """mkdtemp makes the folder private; the output folder should get the permissions ``mkdir`` gives."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
 
 
 def _chapter_result(chapter: Chapter, outcome: dict[str, Any] | None, notes: list[str],
@@ -544,24 +451,3 @@ def _check_out(out: Path, force: bool, params: Parameters, book_root: Path) -> N
     if any(out.iterdir()) and not (out / SUMMARY_JSON).is_file():
         # --force replaces a previous workbook, never an arbitrary folder
         raise InputError(out, "--out", f"is not a workbook output (no {SUMMARY_JSON}); remove it yourself")
-
-
-def _swap_into_place(staging: Path, out: Path) -> None:
-    """Rename ``staging`` to ``out``; a previous output waits in a locked old- folder until the new one is in."""
-    try:
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=_old_prefix(out), dir=out.parent))
-            lock(old)
-            try:
-                os.replace(out, old / "previous")
-                try:
-                    os.replace(staging, out)
-                except BaseException:
-                    os.replace(old / "previous", out)
-                    raise
-            finally:
-                release(old)
-        else:
-            os.replace(staging, out)
-    except OSError as exc:
-        raise InputError(out, "--out", f"cannot write there: {exc.strerror or exc}") from None

@@ -46,7 +46,6 @@ from pdtune.units import GiB, MiB
 
 if TYPE_CHECKING:
     from pdtune.workbook.parameters import Parameters
-    from pdtune.workbook.running import ChapterResult
 
 
 SUMMARY_JSON = "summary.json"
@@ -525,19 +524,22 @@ def _defaults_section(lines: Sequence[str]) -> list[str]:
     return out + [f"- `{line.split(' = ', 1)[0]}` = {line.split(' = ', 1)[1]}" for line in lines] + [""]
 
 
-def _summary(numbers: KeyNumbers, params: Parameters, results: Sequence[ChapterResult]) -> dict[str, Any]:
+def summary_record(numbers: KeyNumbers, params: Parameters, chapters: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``summary.json``'s content: the key numbers, the parameters file and how each chapter went (``chapters``:
+    one plain record per chapter, :meth:`pdtune.workbook.chapter.ChapterResult.to_dict`)."""
     summary = numbers.to_dict()
     summary["title"] = params.scenario.title or default_title(params.scenario)
     summary["parameters_file"] = str(params.source)
     summary["parameters"] = params.scenario.to_dict()
     summary["generated_by"] = f"pdtune {__version__} workbook"
-    summary["chapters"] = [r.to_dict() for r in results]
-    summary["status"] = "ok" if all(r.status == "ok" for r in results) else "failed"
+    summary["chapters"] = [dict(c) for c in chapters]
+    summary["status"] = "ok" if all(c["status"] == "ok" for c in chapters) else "failed"
     return summary
 
 
-def _write_summary(folder: Path, summary: dict[str, Any], results: Sequence[ChapterResult]) -> None:
+def write_summary(folder: Path, summary: dict[str, Any]) -> None:
+    """``summary.json`` and ``summary.md`` into ``folder``."""
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     (folder / SUMMARY_JSON).write_text(text, encoding="utf-8")
     (folder / SUMMARY_MD).write_text(
-        to_markdown(summary, [r.to_dict() for r in results], link=lambda c: f"[{c}]({c})"), encoding="utf-8")
+        to_markdown(summary, summary["chapters"], link=lambda c: f"[{c}]({c})"), encoding="utf-8")
