@@ -16,9 +16,10 @@ scheduling decisions held fixed, both are sums of step times, and a step's time 
 :meth:`pdtune.perfmodel.engine.StepTerms.seconds` of the factors. :func:`linear_form` writes the median request's
 TTFT and TPOT that way (the requests within :data:`BAND` of the median, averaged and scaled to it, so that the form
 does not jump from one request to another), with the steps grouped by their batch: a
-:class:`~pdtune.perfmodel.validation.CompiledPoint`, exactly what the steady-state fit compiles. The fit through
-the simulator (:func:`pdtune.perfmodel.fit.fit_simulated`) alternates: simulate every row at the current factors,
-fit the factors on the linear forms (``scipy.optimize.least_squares``), simulate again at the new ones. At the
+:class:`~pdtune.perfmodel.validation.CompiledPoint`, exactly what the steady-state fit compiles. A fit through
+the simulator (not built yet: ``calibrate`` and the shipped defaults fit the steady-state form) would alternate:
+simulate every row at the current factors, fit the factors on the linear forms (``scipy.optimize.least_squares``),
+simulate again at the new ones. At the
 factors a form was made at, it equals the simulation (to the grouping's rounding); every prediction reported is a
 fresh simulation, never the form. Every number here is **modeled**.
 """
@@ -104,8 +105,8 @@ def workload(harness: str, concurrency: int, isl: int, osl: int, *, rounds: int 
                        ready_check=h.ready_check)
 
 
-#: Measured requests per client (and warm-ups) a fit simulates: enough for the median to settle (a closed loop
-#: repeats its pattern after the first round), a fifth of AIPerf's 20 (``benchmarks/bench_sim_rounds.py``).
+#: Measured requests per client (and warm-ups) a fit would simulate: a closed loop repeats its pattern after the
+#: first round, so a fifth of AIPerf's 20 (a choice, not yet measured against the full count).
 FIT_ROUNDS, FIT_WARMUP_ROUNDS = 4, 1
 
 
