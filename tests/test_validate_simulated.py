@@ -83,3 +83,21 @@ def test_simulated_rows_are_conserved_and_tails_ordered() -> None:
     assert list(unpredicted["row"]) == [10_000_001, 10_000_002]
     assert unpredicted["reason"].str.len().gt(0).all()
     assert all(math.isnan(v) for v in unpredicted["predicted_ttft_ms_p50"])
+
+
+def test_predict_simulated_names_its_latency_model(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["predict", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1", "--mode", "agg", "--isl", "1024",
+            "--osl", "128", "--concurrency", "4,32", "--latency-model", "simulated", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["latency_model"] == "simulated" and out["harness"] == "vllm-bench"
+    assert [p["concurrency"] for p in out["predictions"]] == [4, 32]
+    for p in out["predictions"]:
+        assert p["latency_model"] == "simulated" and p["harness"] == "vllm-bench"
+        for metric in ("ttft", "tpot"):
+            assert 0 < p[f"{metric}_ms"] <= p[f"{metric}_ms_p90"] <= p[f"{metric}_ms_p99"]
+    # A prefill-only sweep has no simulated harness: refused in one line, nothing printed.
+    assert main(["predict", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1", "--mode", "prefill",
+                 "--latency-model", "simulated"]) == 2
+    captured = capsys.readouterr()
+    assert "--latency-model" in captured.err and captured.out == ""
