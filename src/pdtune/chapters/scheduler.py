@@ -31,6 +31,8 @@ from pdtune.topology import parse_topology
 MODEL, GPU, TOPOLOGY, ISL, OSL = "llama-3.1-8b", "h100", "TP1", 1024, 128
 #: The simulation's label on every chart and table of this page.
 HOW = "pdtune.sim (vLLM 0.33's scheduler on pdtune's step costs, H100 default factors)"
+#: The label of the held-out sweep's two predictions.
+HELDOUT_HOW = "pdtune.sim and the steady-state model, H200 shipped default factors, no calibration"
 #: The held-out table: both latency models beside InferenceX's measurements.
 HELDOUT_CSV = "perfmodel/validation/inferencex_heldout.csv"
 MEASURED_SOURCE = ("InferenceX's vLLM runs of MiniMax-M2.5 TEP8 on 8x H200 (SemiAnalysis, Apache-2.0; "
