@@ -39,6 +39,7 @@ EXPECTED_TOC = [
     "notebooks/07_frontier_rate.md",
     "notebooks/07_frontier_measured.md",
     "notebooks/08_trust.md",
+    "notebooks/08_trust_scheduler.md",
     "notebooks/09_plan.md",
     "book/glossary.md",
     "book/references.md",
