@@ -4,8 +4,9 @@ ID...`` runs cases in a child process under an address-space limit). Issue 22's 
 (cause 4 is 2204); the broken fixture files under ``tests/fixtures/*/bad`` are cause 0 cases named ``fixture-*``.
 
 :func:`build` writes every fixture below a root folder and returns the :class:`Case` list. A case is the
-``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``; issue 22's causes are 2200 + their number, 2201-2211;
-0 for bad input the issue did not list), and what the error line must name. Every case must end with exit
+``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``;
+0 for bad input the issue did not list; 2200 + N for cause N of issue 22, see :func:`_issue22` and
+:func:`_issue22_plan_files`), and what the error line must name. Every case must end with exit
 status 2, exactly one line on stderr (``pdtune COMMAND: error: ...``), nothing on stdout, no traceback, no file
 created or changed anywhere below the root, within its time limit and under the memory limit. Cases are grouped per cause and run in one child process per group
 (``in_child``), each with its own SIGALRM deadline, so a hang or a memory blow-up fails that case only; cases
@@ -18,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -51,6 +53,10 @@ class Case:
     says: str = ""  # more the error line must contain, when given
     env: dict[str, str] = dc_field(default_factory=dict)
     timeout: float = 20.0
+    # own processes only: stdout "full" (/dev/full), "closed" (>&-) or "gone" (a pipe whose reader has left);
+    # fsize: the largest file the process may write (RLIMIT_FSIZE, SIGXFSZ ignored): a full disk for any writer
+    stdout: str = ""
+    fsize: int | None = None
 
     @property
     def group(self) -> str:
@@ -699,7 +705,9 @@ def build(root: Path) -> list[Case]:
         shutil.copytree(REPO / "data", noart, ignore=shutil.ignore_patterns("article"))
     add(11, "no-article-table-plan", "plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024",
         "--osl", "128", names="table3_memory_per_engine.csv", own_process=True, env={"PDTUNE_DATA": str(noart)})
-    add(11, "no-article-table-predict", "predict", "qwen3-32b", *predict, names="table3_memory_per_engine.csv",
+    # TP8: a dense model takes no +EP layout (that is refused before any data is read)
+    add(11, "no-article-table-predict", "predict", "qwen3-32b", "--topology", "TP8", *predict[2:],
+        names="table3_memory_per_engine.csv",
         own_process=True, env={"PDTUNE_DATA": str(noart)})
     for name, data in (("binary", b"Model,ISL\n\x00\x01\x02\n"), ("latin1", b"Model,ISL,OSL,TP,Concurrency,"
                        b"Throughput/GPU (tok/s),Output Throughput/GPU (tok/s),Median TPOT (ms)\n\xe9t\xe9,1\n"),
@@ -1064,6 +1072,8 @@ def build(root: Path) -> list[Case]:
     add(0, "simulate-csv-folder", *sim, "--concurrency", "2", "--isl", "64", "--osl", "4", "--num-prompts", "2",
         "--csv", out / "a-folder", names="a-folder")
     _issue22_plan_files(root, add)
+    _issue22(add, root, base=base, log33=log33, qwen32=qwen32, good_result=good_result, silicon=silicon,
+             params_ok=params_ok)
     return [c for c in cases if c is not None]
 
 
@@ -1168,32 +1178,257 @@ def _issue22_plan_files(root: Path, add: Any) -> None:
 _DROP = object()
 
 
+#: Issue 22's causes are numbered 2200 + the issue's number (2212: the log's pids that come back).
+I22 = 2200
+
+
+def _issue22(add: Any, root: Path, *, base: str, log33: Path, qwen32: str, good_result: str, silicon: Path,
+             params_ok: Path) -> None:
+    """Issue 22's hostile inputs, each cause with cases of its own: budgets at cluster scale, outputs that
+    cannot be written, models whose counts contradict each other, what ``plan`` used to accept, errors that
+    blamed the wrong input, absurd measured values, and a crash loop whose restarts reuse their pids."""
+    m, r, lg, p, out = root / "models", root / "results", root / "logs", root / "params", root / "out"
+
+    def add22(cause: int, name: str, *argv: Any, **kw: Any) -> None:
+        # A deadline against a hang, not a benchmark: the first case of a child also pays its imports, and the
+        # machine may be busy (bench_plan_scale.py holds the time targets).
+        kw.setdefault("timeout", 60.0)
+        add(cause, name, *argv, **kw)
+    plan16 = ("plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "16", "--isl", "1024", "--osl", "128")
+    state = ("state", "--isl", "1024", "--osl", "128")
+
+    def plan_at(budget: int, *extra: str, model: str = "qwen3-32b", gpu: str = "h100") -> tuple[str, ...]:
+        return ("plan", model, "--gpu", gpu, "--max-gpus", str(budget), "--isl", "1024", "--osl", "128", *extra)
+
+    # ---------------------------------------------------------------- 2201: plan at cluster scale
+    # Each answers (an SLA nothing meets: exit 2, the closest row named) within its deadline and the memory
+    # limit; rate matching over workers^2 needed 3.1 GB at 1,024 GPUs and 1.8 TiB at 10^6.
+    for name, argv, flag, seconds in (
+            ("2e20-floor", plan_at(1 << 20, "--min-tps-per-user", "100000"), "--min-tps-per-user", 60),
+            ("2e20-ttft-mixed", plan_at(1 << 20, "--decode-gpu", "h200", "--max-ttft-ms", "0.5"), "--max-ttft-ms", 60),
+            ("8192-tpot", plan_at(8192, "--max-tpot-ms-p90", "0.01"), "--max-tpot-ms-p90", 60),
+            ("1024-floor-and-ttft", plan_at(1024, "--min-tps-per-user", "50000", "--max-ttft-ms", "1",
+                                            model="llama-3.1-70b"), "--min-tps-per-user/--max-ttft-ms", 60),
+            ("1024-moe-floor", ("plan", "deepseek-v3", "--gpu", "gb200", "--max-gpus", "1024", "--isl", "8192",
+                                "--osl", "1024", "--min-tps-per-user", "100000"), "--min-tps-per-user", 120)):
+        add22(I22 + 1, f"i22-plan-scale-{name}", *argv, names=flag, timeout=seconds)
+    add22(I22 + 1, "i22-plan-scale-over-the-bound", *plan_at((1 << 20) + 1), names="--max-gpus")
+    add22(I22 + 1, "i22-plan-scale-bound-recipes-unwritable", *plan_at(1 << 20, "--recipes", out / "a-file" / "rec"),
+        names="a-file", timeout=60)
+
+    # ---------------------------------------------------------------- 2205: stdout that cannot take the output
+    predict = ("predict", "qwen3-32b", "--topology", "TP2", "--mode", "decode", "--gpu", "h100", "--concurrency", "8")
+    for name, argv, modes in (
+            ("plan-json", (*plan16, "--json"), ("full", "closed", "gone")),
+            ("results-csv", ("results", good_result, "--gpus", "8", "--csv"), ("full", "closed", "gone")),
+            ("log", ("log", log33), ("full", "closed")),
+            ("log-json", ("log", log33, "--json"), ("gone",)),
+            ("state", (*state, "qwen3-32b"), ("full", "closed")),
+            ("graphs", ("graphs", "--max-num-seqs", "64"), ("closed",)),
+            ("memory-json", ("memory", "--total-gib", "276", "--weights-gib", "100", "--json"), ("full",)),
+            ("predict", predict, ("gone",)),
+            ("frontier", ("frontier", good_result, "--gpus", "8"), ("full",)),
+            ("help", ("--help",), ("full",)),
+            ("version", ("--version",), ("closed",)),
+            ("validate-json", ("validate", silicon, "--model", "gpt-oss-120b", "--gpu", "h200", "--json"), ("gone",)),
+            ("simulate", ("simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1", "--concurrency", "2",
+                          "--isl", "64", "--osl", "4", "--num-prompts", "2"), ("full", "closed"))):
+        for mode in modes:
+            add22(I22 + 5, f"i22-stdout-{mode}-{name}", *argv, names="stdout", field="output", own_process=True,
+                stdout=mode, timeout=60)
+
+    # ---------------------------------------------------------------- 2206: counts that contradict each other
+    for model, key, top_k in (("mixtral-8x7b", "num_local_experts", "num_experts_per_tok"),
+                              ("gpt-oss-120b", "num_local_experts", "num_experts_per_tok"),
+                              ("qwen3-235b-a22b", "num_experts", "num_experts_per_tok"),
+                              ("deepseek-v3", "n_routed_experts", "num_experts_per_tok"),
+                              ("glm-4.7", "n_routed_experts", "num_experts_per_tok"),
+                              ("minimax-m2.5", "num_local_experts", "num_experts_per_tok"),
+                              ("llama-4-scout-17b-16e", "text_config.num_local_experts", "text_config.num_experts_per_tok"),
+                              ("jamba-1.5-mini", "num_experts", "num_experts_per_tok"),
+                              ("kimi-k2.5", "text_config.n_routed_experts", "text_config.num_experts_per_tok"),
+                              ("qwen3-next-80b-a3b", "num_experts", "num_experts_per_tok"),
+                              ("qwen3-vl-235b-a22b", "text_config.num_experts", "text_config.num_experts_per_tok")):
+        raw = config(model)
+        experts = raw.get("text_config", raw)[key.rsplit(".", 1)[-1]]
+        folder = write(m / f"i22-topk-{model}" / "config.json", json.dumps(config(model, **{top_k: experts + 1})))
+        add22(I22 + 6, f"i22-state-topk-above-experts-{model}", *state, folder.parent, names=f"i22-topk-{model}",
+            field=top_k.rsplit(".", 1)[-1])
+    for model, key in (("mixtral-8x7b", "num_local_experts"), ("gpt-oss-120b", "num_local_experts"),
+                       ("minimax-m2.5", "num_local_experts"), ("deepseek-v3", "n_routed_experts"),
+                       ("llama-4-scout-17b-16e", "text_config.num_local_experts")):
+        folder = write(m / f"i22-zero-experts-{model}" / "config.json", json.dumps(config(model, **{key: 0})))
+        add22(I22 + 6, f"i22-predict-zero-experts-{model}", "predict", folder.parent, "--topology", "TP8", "--mode",
+            "decode", "--gpu", "h200", names=f"i22-zero-experts-{model}", field=key.rsplit(".", 1)[-1])
+    for model in ("gpt-oss-120b", "deepseek-v3", "jamba-1.5-mini", "nemotron-nano-9b-v2", "qwen3-32b", "kimi-k2.5"):
+        raw = config(model)
+        text = raw.get("text_config", raw)
+        n = text["num_hidden_layers"]
+        types = text.get("layer_types") or ["full_attention"] * n
+        prefix = "text_config." if "text_config" in raw else ""
+        for name, value in (("short", types[:-1]), ("unknown", [*types[:-1], "dense_attention"])):
+            folder = write(m / f"i22-layer-types-{name}-{model}" / "config.json",
+                           json.dumps(config(model, **{f"{prefix}layer_types": value})))
+            add22(I22 + 6, f"i22-state-layer-types-{name}-{model}", *state, folder.parent,
+                names=f"i22-layer-types-{name}-{model}", field="layer_types")
+    for name, changes, extra, key in (("groups-7", {"n_groups": 7}, (), "n_groups"),
+                                      ("groups-3", {"n_groups": 3}, (), "n_groups"),
+                                      ("groups-2-tp4", {"n_groups": 2}, ("--tp", "4"), "n_groups")):
+        folder = write(m / f"i22-nemotron-{name}" / "config.json", json.dumps(config("nemotron-nano-9b-v2", **changes)))
+        add22(I22 + 6, f"i22-state-nemotron-{name}", *state, folder.parent, *extra, names=f"i22-nemotron-{name}",
+            field=key)
+        if not extra:  # the log's own TP (2) is what its cross-check plans with
+            add22(I22 + 6, f"i22-log-model-nemotron-{name}", "log", log33, "--model", folder.parent,
+                names=f"i22-nemotron-{name}")
+    for model, tp in (("deepseek-v3", "3"), ("kimi-k2.5", "3"), ("deepseek-v3.2", "6"), ("qwen3-next-80b-a3b", "3")):
+        add22(I22 + 6, f"i22-state-tp{tp}-{model}", *state, model, "--tp", tp, names=model, field="num_attention_heads")
+        add22(I22 + 6, f"i22-predict-tp{tp}-{model}", "predict", model, "--topology", f"TP{tp}", "--mode", "decode",
+            "--gpu", "gb200", names=model, field="num_attention_heads")
+    add22(I22 + 6, "i22-memory-tp3-deepseek", "memory", "--model", "deepseek-v3", "--topology", "TP3", "--gpu", "gb200",
+        names="TP3")
+    for model, window in (("mistral-7b-v0.1", 1 << 31), ("gemma-2-9b-it", 1 << 40), ("gpt-oss-120b", 10**12)):
+        folder = write(m / f"i22-window-{model}" / "config.json", json.dumps(config(model, sliding_window=window)))
+        add22(I22 + 6, f"i22-state-window-{model}", *state, folder.parent, names=f"i22-window-{model}",
+            field="sliding_window")
+    add22(I22 + 6, "i22-plan-topk-above-experts", "plan", m / "i22-topk-mixtral-8x7b", "--gpu", "h200", "--max-gpus",
+        "16", "--isl", "1024", "--osl", "128", names="i22-topk-mixtral-8x7b", field="num_experts_per_tok")
+    add22(I22 + 6, "i22-dataset-zero-experts", "dataset", "generate", "--model", m / "i22-zero-experts-deepseek-v3",
+        "--out", out / "ds", names="i22-zero-experts-deepseek-v3", field="n_routed_experts")
+
+    # ---------------------------------------------------------------- 2207: plan checks what the rest checks
+    for name, argv, field in (
+            ("prefill-ep-dense", (*plan16, "--prefill-topologies", "TP2,TP4+EP"), "topology"),
+            ("decode-tep-dense", ("plan", "llama-3.1-70b", "--gpu", "h100", "--max-gpus", "32", "--isl", "1024",
+                                  "--osl", "128", "--decode-topologies", "TEP4"), "topology"),
+            ("decode-tp3-heads", (*plan16, "--decode-topologies", "TP2,TP3"), "topology"),
+            ("decode-pp-layers", ("plan", "llama-3.1-8b", "--gpu", "h100", "--max-gpus", "256", "--isl", "1024",
+                                  "--osl", "128", "--decode-topologies", "PP64"), "topology")):
+        add22(I22 + 7, f"i22-plan-{name}", *argv, names="-topologies", field=field)
+    add22(I22 + 7, "i22-predict-ep-dense", *predict[:3], "TP4+EP", *predict[4:], names="TP4+EP", field="topology")
+    add22(I22 + 7, "i22-predict-tep-dense", "predict", "llama-3.1-8b", "--topology", "TEP2", "--mode", "prefill", "--gpu",
+        "h100", names="TEP2", field="topology")
+    add22(I22 + 7, "i22-dataset-ep-dense", "dataset", "generate", "--model", "qwen3-32b", "--prefill-topologies", "TP2",
+        "--decode-topologies", "TP2+EP", "--disagg", "1xTP2:1xTP2", "--out", out / "ds", names="decode_topologies")
+    clusters = REPO / "data" / "clusters"
+    for name, role, folder in (("qwen3-next-decode", "--decode-results", clusters / "h200-qwen3-next-modeled" / "decode"),
+                               ("article-decode", "--decode-results", clusters / "gb300-qwen3.8-modeled" / "decode"),
+                               ("article-prefill", "--prefill-results", clusters / "gb300-qwen3.8-modeled" / "prefill")):
+        add22(I22 + 7, f"i22-plan-another-models-{name}", "plan", "qwen3-32b", "--gpu", "h200", "--max-gpus", "64",
+            "--isl", "8192", "--osl", "1024", role, folder, names=folder.name, field="model")
+    cal = CALIBRATION.replace("model: gpt-oss-120b", "model: qwen3-32b").replace("gpu: h200", "gpu: h100")
+    for version in ("2", "0", "1.0", "true", '"1"', "null"):
+        path = write(p / f"i22-cal-format-{version.strip(chr(34))}.yaml",
+                     cal.replace("pdtune_calibration: 1", f"pdtune_calibration: {version}"))
+        add22(I22 + 7, f"i22-plan-calibration-format-{version.strip(chr(34))}", *plan16, "--calibration", path,
+            names=path.name, field="pdtune_calibration")
+    path = p / "i22-cal-format-2.yaml"
+    add22(I22 + 7, "i22-predict-calibration-format-2", *predict, "--calibration", path, names=path.name,
+        field="pdtune_calibration")
+    add22(I22 + 7, "i22-validate-calibration-format-0", "validate", silicon, "--model", "qwen3-32b", "--gpu", "h100",
+        "--calibration", p / "i22-cal-format-0.yaml", names="i22-cal-format-0.yaml", field="pdtune_calibration")
+
+    # ---------------------------------------------------------------- 2208: the input at fault is named
+    add22(I22 + 8, "i22-plan-dcp-3", *plan16, "--decode-context-parallel-size", "3",
+        names="--decode-context-parallel-size")
+    add22(I22 + 8, "i22-plan-dcp-5-moe", "plan", "deepseek-v3", "--gpu", "gb200", "--max-gpus", "72", "--isl", "8192",
+        "--osl", "1024", "--decode-context-parallel-size", "5", names="--decode-context-parallel-size")
+    add22(I22 + 8, "i22-plan-unmet-floor-names-its-flag", "plan", "deepseek-v3", "--gpu", "gb200", "--max-gpus", "72",
+        "--isl", "8192", "--osl", "1024", "--min-tps-per-user", "5000", names="--min-tps-per-user")
+    for name, text, key in (
+            ("tp3", "model: qwen3-32b\ngpu: h100\nprefill_topologies: [TP3]\ndecode_topologies: [TP2]\n"
+                    "disagg_configs: [1xTP2:1xTP2]\nmtp_tokens: 0\nconcurrencies: [1]\n", "prefill_topologies"),
+            ("article-layouts-dense", "model: qwen3-32b\ngpu: h100\nconcurrencies: [1]\n", "prefill_topologies"),
+            ("mtp-default-no-module", "model: qwen3-32b\ngpu: h100\nprefill_topologies: [TP2]\n"
+                                      "decode_topologies: [TP2]\ndisagg_configs: [1xTP2:1xTP2]\nconcurrencies: [1]\n",
+             "mtp_tokens"),
+            ("disagg-ep-dense", "model: qwen3-32b\ngpu: h100\nprefill_topologies: [TP2]\ndecode_topologies: [TP2]\n"
+                                "disagg_configs: [1xTP2:1xTP4+EP]\nmtp_tokens: 0\nconcurrencies: [1]\n",
+             "disagg_configs"),
+            ("decode-tp5-moe", "model: qwen3-next-80b-a3b\ngpu: h200\nprefill_topologies: [TP2]\n"
+                               "decode_topologies: [TP5]\ndisagg_configs: [1xTP2:1xTP2]\nconcurrencies: [1]\n",
+             "decode_topologies")):
+        path = write(p / f"i22-ds-{name}.yaml", text)
+        add22(I22 + 8, f"i22-dataset-{name}", "dataset", "generate", "--params", path, "--out", out / "ds",
+            names=path.name, field=key)
+
+    # ---------------------------------------------------------------- 2209: absurd measured values
+    for name, changes in (("tpot-1e-300", {"median_tpot_ms": 1e-300, "mean_tpot_ms": 1e-300, "p99_tpot_ms": 1e-300}),
+                          ("ttft-1e-12", {"median_ttft_ms": 1e-12}),
+                          ("p99-tpot-5e-324", {"p99_tpot_ms": 5e-324}),
+                          ("throughput-1e-9", {"output_throughput": 1e-9}),
+                          ("duration-1e-200", {"duration": 1e-200})):
+        path = write(r / f"i22-{name}.json", dump(vllm_record(**changes)))
+        field = next(iter(changes))
+        add22(I22 + 9, f"i22-validate-{name}", "validate", path, "--model", "qwen3-32b", "--gpu", "h100", "--gpus",
+            "8", names=path.name, field=field)
+        add22(I22 + 9, f"i22-results-{name}", "results", path, "--gpus", "8", names=path.name, field=field)
+    add22(I22 + 9, "i22-calibrate-tpot-1e-300", "calibrate", r / "i22-tpot-1e-300.json", "--model", "qwen3-32b",
+        "--gpu", "h100", "--gpus", "8", "--out", out / "cal.yaml", names="i22-tpot-1e-300.json")
+    add22(I22 + 9, "i22-frontier-ttft-1e-12", "frontier", r / "i22-ttft-1e-12.json", "--gpus", "8",
+        names="i22-ttft-1e-12.json")
+    ix = (FIXTURES / "results" / "inferencex" / "InferenceX_synthetic_gb200.csv").read_text().splitlines()
+    at = next(i for i, ln in enumerate(ix) if ln.startswith("Model,"))
+    cols, row = ix[at].split(","), ix[at + 1].split(",")
+    for col, value in (("Median TPOT (ms)", "1e-300"), ("Throughput/GPU (tok/s)", "1e-20")):
+        changed = list(row)
+        changed[cols.index(col)] = value
+        path = write(r / f"i22-ix-{value}.csv", "\n".join(ix[: at + 1] + [",".join(changed)]) + "\n")
+        add22(I22 + 9, f"i22-results-inferencex-{value}", "results", path, names=path.name, field=col)
+    aip = json.loads((FIXTURES / "results" / "aiperf" / "top-level-layout" / "profile_export_aiperf.json").read_text())
+    aip["inter_token_latency"] = {**aip.get("inter_token_latency", {}), "p50": 1e-30, "avg": 1e-30}
+    path = write(r / "i22-aiperf-itl" / "profile_export_aiperf.json", dump(aip))
+    add22(I22 + 9, "i22-results-aiperf-itl-1e-30", "results", path, "--gpus", "8", names="profile_export_aiperf.json")
+
+    # ---------------------------------------------------------------- 2210: files the system will not write
+    long = out / ("n" * 5000)
+    for name, argv, flag in (
+            ("results-o", ("results", good_result, "--gpus", "8", "--csv", "-o", long / "x.csv"), "-o"),
+            ("calibrate-out", ("calibrate", silicon, "--model", "gpt-oss-120b", "--gpu", "h200", "--out",
+                               out / ("c" * 300 + ".yaml")), "--out"),
+            ("dataset-out", ("dataset", "generate", "--params", write(p / "ds-ok.yaml", "concurrencies: [1]\n"),
+                             "--out", out / ("d" * 300)), "--out"),
+            ("workbook-out", ("workbook", params_ok, "--out", long), "--out"),
+            ("plan-recipes", (*plan16, "--recipes", out / ("r" * 300)), "--recipes"),
+            ("simulate-csv", ("simulate", "llama-3.1-8b", "--gpu", "h100", "--topology", "TP1", "--concurrency", "2",
+                              "--isl", "64", "--osl", "4", "--num-prompts", "2", "--csv", out / ("s" * 300 + ".csv")),
+             "--csv")):
+        add22(I22 + 10, f"i22-name-too-long-{name}", *argv, field=flag, names="too long")
+    # a full disk, for every writer: no file may grow beyond 0 bytes
+    for name, argv, target in (
+            ("results-o", ("results", good_result, "--gpus", "8", "--csv", "-o", out / "i22-full.csv"), "i22-full.csv"),
+            ("dataset-out", ("dataset", "generate", "--params", p / "ds-ok.yaml", "--out", out / "i22-full-ds"),
+             "i22-full-ds"),
+            ("calibrate-out", ("calibrate", silicon, "--model", "gpt-oss-120b", "--gpu", "h200", "--out",
+                               out / "i22-full-cal.yaml"), "i22-full-cal.yaml"),
+            ("plan-recipes", (*plan16, "--recipes", out / "i22-full-rec"), "i22-full-rec")):
+        add22(I22 + 10, f"i22-full-disk-{name}", *argv, names=target, own_process=True, fsize=0, timeout=60)
+    nonutf = r / "i22-nonutf"
+    folder = Path(os.fsdecode(bytes(nonutf) + b"/\xff\xfe-results"))
+    if not folder.exists():
+        folder.mkdir(parents=True)
+        shutil.copy(good_result, folder / "run.json")
+    add22(I22 + 10, "i22-nonutf-name-to-full-stdout", "results", nonutf, "--gpus", "8", "--csv", names="stdout",
+        own_process=True, stdout="full", timeout=60)
+    add22(I22 + 10, "i22-nonutf-name-below-a-file", "results", nonutf, "--gpus", "8", "--csv", "-o",
+        Path(os.fsdecode(bytes(out / "a-file") + b"/\xff.csv")), names="a-file", field="-o")
+
+    # ---------------------------------------------------------------- 2212: a crash loop that reuses its pids
+    # Each restart of the start-up that could not fit its KV cache (negative), with the pids of two (or one,
+    # or three) sets in turn: the parse must not grow with how often a pid comes back (645 MB for 20 MB).
+    lines = [ln.replace("Available KV cache memory: 36.74 GiB", "Available KV cache memory: -3.50 GiB")
+             for ln in log33.read_text().splitlines()]
+    pid = re.compile(r"pid=(\d+)")
+    for sets, restarts in ((1, 3000), (2, 3000), (3, 2000)):
+        path = lg / f"i22-reused-pids-{sets}.log"
+        if not path.exists():
+            write(path, "".join(pid.sub(lambda hit, k=k: f"pid={int(hit.group(1)) * 10 + k % sets}", ln) + "\n"
+                                for k in range(restarts) for ln in lines))
+        add22(I22 + 12, f"i22-log-reused-pids-{sets}-sets", "log", path, "--model", qwen32, names=path.name,
+            field="Available KV cache memory", timeout=40)
+
+
 #: A calibration file as ``pdtune calibrate`` writes it (factors rounded), the base of the bad ones.
-CALIBRATION = """\
-pdtune_calibration: 1
-model: gpt-oss-120b
-gpu: h200
-vllm:
-- 0.18.0
-factors:
-  compute: 0.64
-  hbm: 0.80
-  link: 0.37
-  collective_latency_s: 1.4e-05
-  step_overhead_s: 0.00047
-  layer_overhead_s: 4.5e-05
-  request_overhead_s: 0.023
-  arrival_clustering: 0.14
-  expert_compute: 0.19
-  expert_hbm: 0.61
-start: silicon
-fitted_on:
-  deployments:
-  - gpt-oss-120b | h200 | agg | TP2 | fp4 | nvfp4 | nvfp4
-  rows: 57
-  results:
-  - data/clusters/aiconfigurator-silicon
-"""
+CALIBRATION = """\\npdtune_calibration: 1\nmodel: gpt-oss-120b\ngpu: h200\nvllm:\n- 0.18.0\nfactors:\n  compute: 0.64\n  hbm: 0.80\n  link: 0.37\n  collective_latency_s: 1.4e-05\n  step_overhead_s: 0.00047\n  layer_overhead_s: 4.5e-05\n  request_overhead_s: 0.023\n  arrival_clustering: 0.14\n  expert_compute: 0.19\n  expert_hbm: 0.61\nstart: silicon\nfitted_on:\n  deployments:\n  - gpt-oss-120b | h200 | agg | TP2 | fp4 | nvfp4 | nvfp4\n  rows: 57\n  results:\n  - data/clusters/aiconfigurator-silicon\n"""
 
 
 def _copytree(src: Path, dest: Path, **_kw: Any) -> None:
@@ -1286,12 +1521,24 @@ def run_own_process(case: Case, root: Path) -> dict[str, Any]:
     env = {**os.environ, **case.env}
     started = time.monotonic()
     outcome: dict[str, Any] = {"id": case.id}
+    stdout: Any = subprocess.PIPE
+    if case.stdout == "full":
+        stdout = open("/dev/full", "wb")  # noqa: SIM115 - the child's stdout, closed below
+    elif case.stdout == "gone":
+        read_end, stdout = os.pipe()
+        os.close(read_end)  # the reader has left before the first byte
     try:
-        done = subprocess.run([str(exe), *case.argv], capture_output=True, text=True, timeout=case.timeout, env=env,
-                              cwd=root, preexec_fn=_limit, check=False)
-        outcome["code"], err, out = done.returncode, done.stderr, done.stdout
+        done = subprocess.run([str(exe), *case.argv], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                              timeout=case.timeout, env=env, cwd=root, preexec_fn=lambda: _limit_case(case),
+                              check=False)
+        outcome["code"], err, out = done.returncode, done.stderr, done.stdout or ""
     except subprocess.TimeoutExpired as exc:
         outcome["code"], err, out = "timeout", str(exc.stderr or ""), ""
+    finally:
+        if case.stdout == "gone":
+            os.close(stdout)
+        elif case.stdout == "full":
+            stdout.close()
     outcome["seconds"] = time.monotonic() - started
     outcome["rss_growth"] = 0
     outcome["stderr"] = err if len(err) < 4000 else err[:2000] + f"... [{len(err):,} characters]"
@@ -1306,9 +1553,18 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
+def _limit_case(case: Case) -> None:
+    """In the child of an own-process case, before exec: the address-space limit, and what the case asks of\n    stdout and of the files it may write."""
+    _limit()
+    if case.fsize is not None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # ignored across exec: a write past it fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (case.fsize, case.fsize))
+    if case.stdout == "closed":
+        os.close(1)
+
+
 def run_group(cases: list[Case], root: Path) -> dict[str, dict[str, Any]]:
-    """Run ``cases`` (one group) and return each one's outcome: in-process cases in child processes under the
-    address-space limit, restarted past a case that kills its child; own-process cases one by one."""
+    """Run ``cases`` (one group) and return each one's outcome: in-process cases in child processes under the\n    address-space limit, restarted past a case that kills its child; own-process cases one by one."""
     results: dict[str, dict[str, Any]] = {}
     own = [c for c in cases if c.own_process]
     for case in own:

@@ -208,7 +208,8 @@ def test_16_h200_never_spans_a_domain_uncharged_and_says_which_rows_do() -> None
         assert row.network_charged == spans
         # Two HGX nodes: a deployment over 8 GPUs moves its KV cache over the NIC.
         assert row.kv_link == ("nvlink" if row.gpus_total <= 8 else "scale_out")
-    assert p.counts["rows_network_charged"] == int(p.rows["network_charged"].sum())
+    # p.rows is the staircase; the count is over every row (tests/test_plan_staircase.py checks it exactly)
+    assert p.counts["rows_network_charged"] >= int(p.rows["network_charged"].sum())
     wide = plan(_settings("deepseek-v3", "h200", 24))  # 3 nodes: TP8 prefill + TEP16 decode fits
     flagged = wide.rows[wide.rows["network_charged"]]
     assert len(flagged) and flagged["network_groups"].str.contains("NVLink domains").all()

@@ -391,3 +391,38 @@ def test_log_vllm_env_flag_is_applied_and_checked(capsys: pytest.CaptureFixture[
     assert check["given"] == ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0"]
     assert main(["log", str(path), "--model", "llama-4-scout-17b-16e", "--vllm-env", "VLLM_NOPE=1"]) == 2
     assert "VLLM_NOPE" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ pids that come back
+
+
+def _reused_pid_loop(restarts: int, sets: int) -> list[str]:
+    """The real 0.33 TP2 start-up repeated ``restarts`` times, its pids taken from ``sets`` sets in turn (a
+    container restarting a crashed server gets the same pids back)."""
+    import re
+
+    start = V033_TP2.read_text(encoding="utf-8").splitlines()
+    pid = re.compile(r"pid=(\d+)")
+    return [pid.sub(lambda m: f"pid={int(m.group(1)) * 10 + k % sets}", ln) for k in range(restarts) for ln in start]
+
+
+@pytest.mark.parametrize("sets", [1, 2])
+def test_a_pid_that_comes_back_costs_no_more_memory_the_more_it_does(sets: int) -> None:
+    """Issue 22: a crash loop whose restarts reuse their pids peaked at 645 MB for 20 MB (each return kept a
+    copy of the process's ever longer report list in the table of shared values). What the parse holds must
+    not grow with the restarts: the same shared values and runs of reports after 40 restarts as after 10."""
+    from pdtune.vllm_log.parse import _Builder
+
+    held = []
+    for restarts in (10, 40):
+        builder = _Builder()
+        builder.feed(_reused_pid_loop(restarts, sets))
+        runs = [rec.get("kv_runs", []) for rec in builder.records.values()]
+        runs += [dict(zip(*stored, strict=True)).get("kv_runs", ()) for stored in builder.stored.values()]
+        held.append((len(builder._shared), len(builder.records) + len(builder.stored), sum(map(len, runs))))
+    assert held[0] == held[1]
+    # ... and the engine still holds every report it logged, one per restart, with the logged figures
+    log = parse_log_text("\n".join(_reused_pid_loop(40, sets)))
+    for engine in log.engines:
+        assert len(engine.kv_cache_reports) == 40 // sets
+        assert (engine.kv_cache_tokens, engine.max_concurrency) == (601_936, 18.37)

@@ -18,6 +18,7 @@ from pdtune import __version__, commands
 from pdtune.commands._common import check_shared
 from pdtune.switches import parse_assignments, vllm_environment
 from pdtune.errors import DataError, InputError
+from pdtune.io import guarded_stdout, write_failure
 from pdtune.signals import Terminated, terminate_raises
 
 EXIT_BAD_INPUT = 2
@@ -50,23 +51,35 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = "pdtune"
+    command = f"pdtune {argv[0]}" if argv and argv[0].startswith("-") else "pdtune"  # --help, --version
     try:
-        args = build_parser(argv).parse_args(argv)
-        command = f"pdtune {args.command}"
-        with terminate_raises():  # SIGTERM unwinds like Ctrl-C: every clean-up on the way runs
-            check_shared(args)
-            with vllm_environment(parse_assignments(getattr(args, "vllm_env", None) or [])):
-                return int(args.func(args) or 0)
+        # Every byte a command prints passes the guarded stdout: a full disk, a closed stdout or a reader gone
+        # is one line and exit 2, like any output pdtune cannot write (pdtune.io).
+        with guarded_stdout():
+            args = build_parser(argv).parse_args(argv)
+            command = f"pdtune {args.command}"
+            with terminate_raises():  # SIGTERM unwinds like Ctrl-C: every clean-up on the way runs
+                check_shared(args)
+                with vllm_environment(parse_assignments(getattr(args, "vllm_env", None) or [])):
+                    return int(args.func(args) or 0)
     except (InputError, DataError) as exc:
-        print(f"{command}: error: {exc}", file=sys.stderr)
+        _say(f"{command}: error: {exc}")
         return EXIT_BAD_INPUT
-    except BrokenPipeError:  # `pdtune ... | head` is normal use
-        return 0
+    except OSError as exc:  # the readers and writers name their files; a system error they missed still is one line
+        _say(f"{command}: error: {write_failure(exc.filename or 'a file pdtune opened', 'file', exc)}")
+        return EXIT_BAD_INPUT
     except (KeyboardInterrupt, Terminated) as exc:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        print(f"{command}: interrupted ({signal.Signals(signum).name}); nothing half-written was left", file=sys.stderr)
+        _say(f"{command}: interrupted ({signal.Signals(signum).name}); nothing half-written was left")
         return 128 + signum
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a stderr that cannot take it leaves the exit status to speak."""
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

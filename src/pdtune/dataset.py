@@ -24,12 +24,13 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from pdtune import __version__
 from pdtune import limits
 from pdtune.errors import InputError, brief
 from pdtune.gpus import load_gpu
-from pdtune.io import FolderSwap, read_mapping
+from pdtune.io import FolderSwap, read_mapping, write_text
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel import (
@@ -358,14 +359,14 @@ def write_tree(root: Path, spec: DatasetSpec) -> list[Path]:
         bench = job_dir / "logs" / f"sa-bench_isl_{first.isl}_osl_{first.osl}"
         bench.mkdir(parents=True, exist_ok=True)
         meta = job_dir / f"{job.job_id}.json"
-        meta.write_text(_dump(_metadata(job, spec)), encoding="utf-8")
+        write_text(meta, _dump(_metadata(job, spec)))
         written.append(meta)
         for p in job.predictions:
             path = bench / _file_name(p)
-            path.write_text(_dump(result_record(p, spec)), encoding="utf-8")
+            write_text(path, _dump(result_record(p, spec)))
             written.append(path)
     path = root / MANIFEST
-    path.write_text(_dump(manifest(spec)), encoding="utf-8")
+    write_text(path, _dump(manifest(spec)))
     written.append(path)
     return written
 
@@ -445,9 +446,43 @@ def spec_from_params(params: dict[str, object], source: str = "PARAMS.yaml") -> 
         if key in params:
             changes[key] = _workload(params[key], source, key)
     spec = replace(DatasetSpec(), **changes)  # type: ignore[arg-type]
-    load_model(spec.model)  # an unknown model or GPU is bad input before anything is written
+    model = load_model(spec.model)  # an unknown model or GPU is bad input before anything is written
     load_gpu(spec.gpu)
+    _check_against_model(spec, model, set(params), source)
     return spec
+
+
+def _check_against_model(spec: DatasetSpec, model: Any, given: set[str], source: str) -> None:
+    """Every layout and the MTP setting can serve the model, by the rules the workbook and ``plan`` apply
+    (:func:`pdtune.scenario.layout_problem`), blamed on the parameters' key that names them (or on its absence,
+    when the article's default is what does not fit): never on the model's config.json."""
+    from pdtune.perfmodel import EngineConfig
+    from pdtune.scenario import layout_problem
+
+    isl, osl = max(spec.prefill_workload, spec.decode_workload, spec.disagg_workload, key=sum)
+    engine = EngineConfig()  # what the sweeps are predicted with
+
+    def check(key: str, layout: str, what: str) -> None:
+        problem = layout_problem(model, layout, max_model_len=isl + osl, kv_cache_dtype=engine.kv_cache_dtype,
+                                 vllm=engine.vllm,
+                                 source=f"{source}: {key}")
+        if problem:
+            origin = "" if key in given else f"not given, and the article's default {what} "
+            raise InputError(source, key, f"{origin}{layout}: {problem}" + ("" if key in given else
+                                                                             f": list the {key} to model"))
+
+    for key in ("prefill_topologies", "decode_topologies"):
+        for name in getattr(spec, key):
+            check(key, name, "layout")
+    for name, _mtp in spec.disagg_configs:
+        dep = parse_deployment(name, f"{source}: disagg_configs")
+        for layout in (dep.prefill.name, dep.decode.name):
+            check("disagg_configs", layout, f"deployment {name} has")
+    uses_mtp = bool(spec.mtp_tokens) and (bool(spec.decode_topologies) or any(m for _, m in spec.disagg_configs))
+    if uses_mtp and model.num_mtp_layers == 0:
+        origin = "" if "mtp_tokens" in given else "not given, so the article's "
+        raise InputError(source, "mtp_tokens", f"{origin}{spec.mtp_tokens} MTP tokens, and {model.name} has no MTP "
+                                               "module: set mtp_tokens: 0")
 
 
 def read_params(path: str | os.PathLike[str]) -> dict[str, object]:

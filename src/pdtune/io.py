@@ -12,18 +12,28 @@ A folder is written by one run at a time (:class:`FolderSwap` locks it) and swap
 folders. A run killed outright (SIGKILL) cannot remove its staging folder, so the next run into the same place
 removes it, first putting back a previous output an interrupted swap had moved aside (:func:`_clear_stale`, the
 one rule for stale folders).
+
+Standard output is written the same way, with the same errors: :func:`guarded_stdout` stands between every
+command and ``sys.stdout`` (``pdtune.cli.main`` puts it there), so a full disk (``> /dev/full``), a closed
+stdout (``>&-``), a reader gone (``| head``, EPIPE) is one line naming stdout and what is behind it, exit 2,
+never a traceback and never a silent exit 0 having written nothing. Files inside an output being built go
+through :func:`write_text`. Every write failure is worded by :func:`write_failure`; text is UTF-8, a name
+read from a non-UTF-8 path written back as the bytes it had (``surrogateescape``, as Python's stdout does).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
+import io
 import math
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +42,31 @@ from pdtune.guarded import describe_mode, read_csv_table, read_mapping
 from pdtune.signals import signals_deferred
 
 __all__ = [
-    "FolderSwap", "atomic_write_text", "beside", "output_file", "output_folder", "plain", "read_csv_table",
-    "read_mapping",
+    "FolderSwap", "atomic_write_text", "beside", "guarded_stdout", "output_file", "output_folder", "plain",
+    "read_csv_table", "read_mapping", "write_failure", "write_text",
 ]
+
+#: How text reaches a file or stdout: UTF-8, and a file name that was not UTF-8 (decoded by Python with
+#: ``surrogateescape``) written back as its own bytes rather than failing the whole output.
+ENCODING, ERRORS = "utf-8", "surrogateescape"
+
+
+def write_failure(destination: str | os.PathLike[str], field: str, exc: OSError) -> InputError:
+    """The one line for an output that could not be written: where, the flag, what the system said (and its
+    errno name: ``No space left on device (ENOSPC)``)."""
+    name = errno.errorcode.get(exc.errno or -1)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return InputError(destination, field, f"cannot write there: {reason}" + (f" ({name})" if name else ""))
+
+
+def write_text(path: str | os.PathLike[str], text: str, field: str = "--out") -> None:
+    """Write ``text`` to ``path``, a file inside an output being built (a staging folder that is renamed into
+    place whole): every failure (a full disk, a name too long) is one line naming the file and the flag."""
+    try:
+        with open(path, "w", encoding=ENCODING, errors=ERRORS) as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise write_failure(path, field, exc) from None
 
 
 def plain(value: Any) -> Any:
@@ -71,7 +103,7 @@ def _stat_output(given: Path, field: str) -> os.stat_result | None:
     except NotADirectoryError:
         raise InputError(given, field, "a part of the path is a file, not a folder") from None
     except OSError as exc:
-        raise InputError(given, field, f"cannot write there: {exc.strerror or exc}") from None
+        raise write_failure(given, field, exc) from None
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, field: str = "-o") -> Path:
@@ -87,9 +119,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, field: str = "-o"
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         except OSError as exc:
-            raise InputError(path, field, f"cannot write there: {exc.strerror or exc}") from None
+            raise write_failure(path, field, exc) from None
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            with os.fdopen(fd, "w", encoding=ENCODING, errors=ERRORS) as fh:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -97,7 +129,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, field: str = "-o"
             os.replace(tmp, target)
             tmp = None
         except OSError as exc:
-            raise InputError(path, field, f"cannot write there: {exc.strerror or exc}") from None
+            raise write_failure(path, field, exc) from None
     except BaseException:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -148,6 +180,220 @@ def _remove_folders(created: list[Path]) -> None:
     for d in reversed(created):
         with contextlib.suppress(OSError):
             d.rmdir()
+
+
+# ------------------------------------------------------------------------------------------ stdout
+
+STDOUT = "stdout"
+
+
+def stdout_target(fd: int = 1) -> str:
+    """What stdout is, for an error message: ``stdout (/dev/full)``, ``stdout (pipe:[123])``, ``stdout
+    (closed)``."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return f"{STDOUT} (closed)"
+    try:
+        return f"{STDOUT} ({os.readlink(f'/proc/self/fd/{fd}')})"
+    except OSError:
+        return STDOUT
+
+
+class _GuardedStream(io.TextIOBase):
+    """``sys.stdout`` while a command runs; any failure to write or flush raises :class:`InputError`.
+
+    Over the process's real stdout it writes file descriptor 1 itself, in a loop until every byte is taken:
+    Python's buffered stdout, handed a large write to a pipe whose reader leaves, takes the first part, drops
+    the rest and reports success (``pdtune results --csv | head`` lost its tail and exited 0). Text is
+    buffered here up to :data:`_CHUNK` (each line at once on a terminal). Over any other stream (a test's
+    capture) writes pass through.
+    """
+
+    def __init__(self, target: Any, name: str, fd: int | None) -> None:
+        super().__init__()
+        self._target = target
+        self._name = name
+        self._fd = fd
+        self._pending = bytearray()
+        self._tty = fd is not None and os.isatty(fd)
+        self._encoding = getattr(target, "encoding", None) or ENCODING
+        self._errors = getattr(target, "errors", None) or ERRORS
+        self.failed = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._errors
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        if self._fd is not None:
+            return self._tty
+        try:
+            return bool(self._target is not None and self._target.isatty())
+        except (OSError, ValueError):
+            return False
+
+    @property
+    def buffer(self) -> _GuardedBytes:
+        """Bytes written to stdout go through the same buffer, in order with the text."""
+        return _GuardedBytes(self)
+
+    def write_bytes(self, data: bytes) -> int:
+        if self._fd is None:
+            self.flush()
+            target = getattr(self._target, "buffer", None)
+            if target is None:
+                raise self._failure(OSError(errno.EBADF, "stdout takes no bytes"))
+            try:
+                return int(target.write(data) or 0)
+            except OSError as exc:
+                raise self._failure(exc) from None
+        self._pending += data
+        if len(self._pending) >= _CHUNK:
+            self.flush()
+        return len(data)
+
+    def fileno(self) -> int:
+        if self._fd is not None:
+            return self._fd
+        if self._target is None:
+            raise self._failure(OSError(errno.EBADF, "stdout is closed"))
+        return int(self._target.fileno())
+
+    def write(self, text: str) -> int:
+        if self._fd is not None:
+            try:
+                data = text.encode(self._encoding, self._errors)
+            except UnicodeEncodeError:  # a character the terminal's encoding lacks: shown escaped, not fatal
+                data = text.encode(self._encoding, "backslashreplace")
+            self._pending += data
+            if len(self._pending) >= _CHUNK or (self._tty and b"\n" in data):
+                self.flush()
+            return len(text)
+        if self._target is None:  # Python found fd 1 closed at start-up (``>&-``)
+            raise self._failure(OSError(errno.EBADF, "stdout is closed"))
+        try:
+            return int(self._target.write(text) or 0)
+        except OSError as exc:
+            raise self._failure(exc) from None
+        except ValueError:  # "I/O operation on closed file"
+            raise self._failure(OSError(errno.EBADF, "stdout is closed")) from None
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            done, error = 0, None
+            with memoryview(self._pending) as view:
+                try:
+                    while done < len(view):
+                        done += os.write(self._fd, view[done:])
+                except OSError as exc:
+                    error = exc
+            del self._pending[:done]
+            if error is not None:
+                raise self._failure(error) from None
+            return
+        if self._target is None:
+            return
+        try:
+            self._target.flush()
+        except OSError as exc:
+            raise self._failure(exc) from None
+        except ValueError:
+            raise self._failure(OSError(errno.EBADF, "stdout is closed")) from None
+
+    def _failure(self, exc: OSError) -> InputError:
+        self.failed = True
+        self._pending.clear()  # what could not be written is not tried again
+        return write_failure(self._name, "output", exc)
+
+
+#: Bytes the guarded stdout gathers before it writes them.
+_CHUNK = 1 << 16
+
+
+class _GuardedBytes:
+    """``sys.stdout.buffer`` under the guard."""
+
+    def __init__(self, text: _GuardedStream) -> None:
+        self._text = text
+
+    def write(self, data: bytes) -> int:
+        return self._text.write_bytes(bytes(data))
+
+    def flush(self) -> None:
+        self._text.flush()
+
+    def fileno(self) -> int:
+        return self._text.fileno()
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[_GuardedStream]:
+    """Run a command with its stdout guarded (see :class:`_GuardedStream`), flushed before the command counts
+    as done, so an output lost at the last buffer is an error too, not exit 0.
+
+    After a failure the real stdout is pointed at ``/dev/null``: what is left in its buffer then goes nowhere
+    at the interpreter's exit, instead of printing a second error. With fd 1 closed at start, ``/dev/null``
+    is put there first so that no file the command opens can take fd 1 for its own.
+    """
+    original = sys.stdout
+    closed = original is None
+    if closed:
+        with contextlib.suppress(OSError):
+            os.fstat(1)
+            closed = False  # fd 1 is open, only sys.stdout is gone
+        if closed:
+            _null_onto(1)
+    fd = None
+    if not closed and original is sys.__stdout__:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            original.flush()  # anything printed before pdtune took over goes first
+            fd = original.fileno() if original.fileno() == 1 else None
+    guard = _GuardedStream(original, stdout_target() if not closed else f"{STDOUT} (closed)", fd)
+    sys.stdout = guard
+    try:
+        try:
+            yield guard
+            guard.flush()
+        except SystemExit as done:
+            if not done.code:  # argparse's --help and --version print, then exit 0: the text must be out
+                guard.flush()
+            raise
+        except Exception:
+            if not guard.failed:
+                with contextlib.suppress(Exception):
+                    guard.flush()  # what the command printed before it failed still goes out
+            raise
+        # an interrupt (Ctrl-C, SIGTERM) drops what is still buffered: no write that could block the way out
+    finally:
+        sys.stdout = original
+        if guard.failed:
+            _silence(original)
+
+
+def _silence(stream: Any) -> None:
+    """Point the real stdout at /dev/null (the data it still buffers can no longer be written anyway)."""
+    fileno = getattr(stream, "fileno", None)
+    if stream is None or fileno is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if fileno() == 1:
+            _null_onto(1)
+
+
+def _null_onto(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
 
 
 # ------------------------------------------------------------------------------------------ output folders
@@ -226,7 +472,7 @@ class FolderSwap:
         name = getattr(exc, "filename", None)
         if isinstance(exc, OSError) and staging is not None and (
                 name is None or (isinstance(name, str | bytes) and Path(os.fsdecode(name)).is_relative_to(staging))):
-            raise InputError(self.given, self.field, f"cannot write there: {exc.strerror or exc}") from None
+            raise write_failure(self.given, self.field, exc) from None
 
     @property
     def staging(self) -> Path:
@@ -238,7 +484,7 @@ class FolderSwap:
             try:
                 path.mkdir()
             except OSError as exc:
-                raise InputError(self.given, self.field, f"cannot write there: {exc.strerror or exc}") from None
+                raise write_failure(self.given, self.field, exc) from None
             self._staging = path
         return self._staging
 
@@ -268,7 +514,7 @@ class FolderSwap:
                 self._staging = None
                 shutil.rmtree(old, ignore_errors=True)
         except OSError as exc:
-            raise InputError(self.given, self.field, f"cannot write there: {exc.strerror or exc}") from None
+            raise write_failure(self.given, self.field, exc) from None
         return target
 
     def _close(self) -> None:
@@ -292,7 +538,7 @@ def _take_lock(path: Path, given: Path, field: str) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise InputError(given, field, f"cannot write there: {exc.strerror or exc}") from None
+            raise write_failure(given, field, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -306,8 +552,14 @@ def _take_lock(path: Path, given: Path, field: str) -> int:
             now = None
         held = os.fstat(fd)
         if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # a full disk: the lock file goes, nothing is left behind
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                os.close(fd)
+                raise write_failure(given, field, exc) from None
             return fd
         os.close(fd)
 

@@ -21,13 +21,12 @@ parallel sizes         65,536       72 (an NVL72 rack), 1,024 (large DP)
 GPUs                   2^20         tens of thousands (the largest clusters)
 concurrency            2^24         a few thousand (sweeps)
 bytes                  2^50 (1 PiB) 288 GB (GB300 HBM)
-a measured quantity    1e15         tokens/s, ms, token totals
+a measured quantity    1e15         tokens/s, ms, token totals; and, when not 0, at least 1e-6
 =====================  ===========  ==============================================================
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pdtune.errors import InputError, brief
@@ -46,6 +45,10 @@ MAX_GPUS = 1 << 20
 MAX_CONCURRENCY = 1 << 24
 MAX_BYTES = 1 << 50
 MAX_MEASURE = 1e15
+#: The smallest positive measured quantity: a millionth of a millisecond, a token/s, a second, a GiB is no
+#: measurement any benchmark of an LLM server prints (its clocks and counters do not resolve it), and a TPOT
+#: of 1e-300 ms would turn every ratio taken with it (an error in percent) into a 300-digit number.
+MIN_MEASURE = 1e-6
 #: The largest integer a float64 holds exactly (and far inside int64): any whole number read from a file.
 MAX_EXACT_INT = 1 << 53
 

@@ -56,7 +56,7 @@ import yaml
 
 from pdtune import guarded
 from pdtune.errors import InputError
-from pdtune.io import FolderSwap
+from pdtune.io import FolderSwap, write_text
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
 from pdtune.placement import Placement, Worker, disagg_placement, nodes_used, place_workers
@@ -772,7 +772,7 @@ def _write_all(target: Path, files: dict[str, str], field: str) -> list[Path]:
             if os.path.lexists(existing) and not existing.is_file():
                 raise InputError(existing, field, "is in the way: not a regular file")
         for name, text in files.items():
-            (swap.staging / name).write_text(text, encoding="utf-8")
+            write_text(swap.staging / name, text)
             if name.endswith(".sh"):
                 (swap.staging / name).chmod(0o755)
         swap.commit()

@@ -322,6 +322,19 @@ def is_article_data(paths: tuple[str, ...] | list[str], kind: str, *, base: Path
     return bool(paths) and mine == {here.resolve(p).resolve() for p in article}
 
 
+def layout_rules(spec: Any, layout: Any) -> str:
+    """The rules of :func:`layout_problem` that need no state planning (every engine pdtune builds meets them,
+    :func:`pdtune.perfmodel.build_engine` included): ``+EP`` needs experts, no more EP ranks than experts,
+    at least one layer per pipeline stage. "" when the layout passes."""
+    if layout.expert_parallel and spec.moe is None:
+        return f"+EP needs experts, and {spec.name} has none (a dense model: drop +EP)"
+    if spec.moe is not None and layout.ep > spec.moe.num_experts:
+        return f"{layout.ep} expert-parallel ranks for {spec.moe.num_experts} experts"
+    if layout.pp > spec.num_layers:
+        return f"{layout.pp} pipeline stages for {spec.num_layers} layers"
+    return ""
+
+
 def layout_problem(spec: Any, topology: str, *, max_model_len: int, kv_cache_dtype: str, vllm: str,
                    source: str = "topology") -> str:
     """Why ``topology`` cannot serve ``spec`` (vLLM 0.33's checks), or "" when it can.
@@ -340,12 +353,9 @@ def layout_problem(spec: Any, topology: str, *, max_model_len: int, kv_cache_dty
         layout = parse_topology(topology, source)
     except InputError as exc:
         return exc.message
-    if layout.expert_parallel and spec.moe is None:
-        return f"+EP needs experts, and {spec.name} has none (a dense model: drop +EP)"
-    if spec.moe is not None and layout.ep > spec.moe.num_experts:
-        return f"{layout.ep} expert-parallel ranks for {spec.moe.num_experts} experts"
-    if layout.pp > spec.num_layers:
-        return f"{layout.pp} pipeline stages for {spec.num_layers} layers"
+    problem = layout_rules(spec, layout)
+    if problem:
+        return problem
     try:
         plan_state(spec, tp=layout.tp, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
     except InputError as exc:

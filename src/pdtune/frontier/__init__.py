@@ -15,6 +15,7 @@ One idea per module, all re-exported here (``from pdtune.frontier import rate_ma
 * :mod:`.labels` — deployment labels (``3xTP2DP4+EP : 1xTEP8+MTP``);
 * :mod:`.envelope` — the upper envelope, read as a staircase, and the best deployment per concurrency;
 * :mod:`.xpyd` — rate matching of isolated sweeps into xPyD predictions, with the KV-room check;
+* :mod:`.ratios` — worker ratios within a GPU budget without listing them: the nearest to a target, counts;
 * :mod:`.picks` — the SLA pick and its reverse;
 * :mod:`.gate` — the accuracy gate.
 

@@ -70,66 +70,108 @@ def rate_match(prefill_df: pd.DataFrame, decode_df: pd.DataFrame, osl: int, max_
     every row then also carries :data:`ROOM_COLUMNS`: ``decode_room`` and ``fits_kv``, False when
     ``decode_concurrency`` exceeds the room (a row of unknown room fits).
     """
-    if isinstance(osl, bool) or not isinstance(osl, (int, np.integer)) or osl < 2:
-        raise InputError("rate_match", "osl",
-                         f"expected a whole number >= 2 (decode makes OSL - 1 steps), got {osl!r}")
+    _check_osl(osl)
     if isinstance(max_workers, bool) or not isinstance(max_workers, (int, np.integer)) or max_workers < 1:
         raise InputError("rate_match", "max_workers", f"expected a whole number >= 1, got {max_workers!r}")
-    osl, max_workers = int(osl), int(max_workers)
-    isl = _target_isl(prefill_df, isl)
-    prefills = _isolated_groups(prefill_df, "ttft_ms_p50", role="prefill")
-    decodes = _isolated_groups(decode_df, "tpot_ms_p50", role="decode")
-    for p in prefills:
-        p.capacity = p.concurrency * 1000.0 / p.latency
-    for d in decodes:
-        d.capacity = d.concurrency * 1000.0 / (d.latency * (osl - 1))
-    ratios = _Ratios(max_workers)
-    pairs = [(p, d) for p in prefills for d in decodes]
-    n_rows = sum(ratios.count * d.capacity.size for _, d in pairs)  # type: ignore[union-attr]
-
-    # One preallocated buffer per dtype, filled pair by pair: no concatenation, no block consolidation.
-    floats = np.empty((len(_RM_FLOAT), n_rows))
-    ints = np.empty((len(_RM_INT), n_rows), dtype=np.int64)
-    pair_of = np.empty(n_rows, dtype=np.int64)
-    ratio_of = np.empty(n_rows, dtype=np.int64)
-    bottleneck = np.empty(n_rows, dtype=np.int8)
-    start = 0
-    for k, (p, d) in enumerate(pairs):
-        stop = start + ratios.count * d.capacity.size  # type: ignore[union-attr]
-        _match_pair(p, d, ratios, isl, osl, floats[:, start:stop], ints[:, start:stop],
-                    ratio_of[start:stop], bottleneck[start:stop])
-        pair_of[start:stop] = k
-        start = stop
-
-    frame = pd.DataFrame(floats.T, columns=list(_RM_FLOAT), copy=False)
-    models = [" / ".join(sorted({m for m in (p.model, d.model) if m})) or None for p, d in pairs]
-    mtp = ["+MTP" if d.mtp_tokens > 0 else "" for _, d in pairs]
-    labels = [disagg_label(x, p.topology, y, d.topology, suffix) for (p, d), suffix in zip(pairs, mtp)
-              for x, y in ratios.xy]
-    text = {
-        "source": _categorical(pair_of, [f"predicted by rate matching: prefill sweep [{p.source or p.path}] "
-                                         f"+ decode sweep [{d.source or d.path}]" for p, d in pairs]),
-        "path": _categorical(pair_of, [" + ".join(s for s in (p.path, d.path) if s) or None for p, d in pairs]),
-        "model": _categorical(pair_of, models),
-        "mode": _categorical(np.zeros(n_rows, dtype=np.int64), ["disagg"]),
-        "topology": _categorical(np.zeros(n_rows, dtype=np.int64), [None]),
-        "prefill_topology": _categorical(pair_of, [p.topology for p, _ in pairs]),
-        "decode_topology": _categorical(pair_of, [d.topology for _, d in pairs]),
-        "deployment": _categorical(pair_of * ratios.count + ratio_of, labels),
-        "bottleneck": _categorical(bottleneck.astype(np.int64), list(_BOTTLENECK)),
-    }
-    columns: dict[str, Any] = {**text, **dict(zip(_RM_INT, ints)),
-                               "modeled": np.ones(n_rows, dtype=bool)}
-    for position, name in enumerate(RATE_MATCH_COLUMNS):
-        if name not in frame.columns:
-            frame.insert(position, name, columns[name])
+    pairs = RatePairs.of(prefill_df, decode_df, osl, isl=isl)
+    grid = np.arange(1, int(max_workers) + 1)
+    x, y = (a.ravel() for a in np.meshgrid(grid, grid, indexing="ij"))
+    selection = []
+    for _, d in pairs.pairs:
+        n_points = d.concurrency.size
+        selection.append((np.repeat(x, n_points), np.repeat(y, n_points), np.tile(np.arange(n_points), x.size)))
+    frame = pairs.frame(selection)
     if decode_room is not None:
         # one room per decode deployment, asked once per pair
-        room = np.array([float(decode_room(d.topology, d.mtp_tokens)) for _, d in pairs], dtype=np.float64)
-        rooms = room[pair_of] if pairs else np.full(n_rows, np.nan)
+        room = np.array([float(decode_room(d.topology, d.mtp_tokens)) for _, d in pairs.pairs], dtype=np.float64)
+        pair_of = np.repeat(np.arange(len(pairs.pairs)), [s[0].size for s in selection])
+        rooms = room[pair_of] if pairs.pairs else np.full(len(frame), np.nan)
         frame["decode_room"] = rooms
         frame["fits_kv"] = ~(frame["decode_concurrency"].to_numpy() > rooms)
     return frame
+
+
+@dataclass(frozen=True)
+class RatePairs:
+    """Every (prefill deployment, decode deployment) pair of two isolated sweeps, ready to be rate-matched at
+    any worker counts: :meth:`frame` evaluates the rows asked for, :func:`rate_match` every ``x, y`` up to a
+    bound, and ``pdtune plan`` only the worker ratios that can reach a frontier within its budget."""
+
+    pairs: list[tuple[IsolatedSweep, IsolatedSweep]]
+    isl: int
+    osl: int
+
+    @classmethod
+    def of(cls, prefill_df: pd.DataFrame, decode_df: pd.DataFrame, osl: int, *,
+           isl: int | None = None) -> RatePairs:
+        """The pairs of ``prefill_df`` x ``decode_df`` (ordered by prefill, then decode deployment), each side
+        with its capacity per worker (requests/s) at every point."""
+        _check_osl(osl)
+        osl = int(osl)
+        isl = _target_isl(prefill_df, isl)
+        prefills = _isolated_groups(prefill_df, "ttft_ms_p50", role="prefill")
+        decodes = _isolated_groups(decode_df, "tpot_ms_p50", role="decode")
+        for p in prefills:
+            p.capacity = p.concurrency * 1000.0 / p.latency
+        for d in decodes:
+            d.capacity = d.concurrency * 1000.0 / (d.latency * (osl - 1))
+        return cls([(p, d) for p in prefills for d in decodes], isl, osl)
+
+    def frame(self, selection: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> pd.DataFrame:
+        """The rate-matched rows of ``selection``: per pair (in :attr:`pairs` order) the arrays ``x``, ``y``
+        and ``point`` (the decode point's position in its deployment), one row each, in that order."""
+        pairs, isl, osl = self.pairs, self.isl, self.osl
+        if len(selection) != len(pairs):
+            raise ValueError("one selection per pair")
+        sizes = [int(s[0].size) for s in selection]
+        n_rows = sum(sizes)
+        # One preallocated buffer per dtype, filled pair by pair: no concatenation, no block consolidation.
+        floats = np.empty((len(_RM_FLOAT), n_rows))
+        ints = np.empty((len(_RM_INT), n_rows), dtype=np.int64)
+        pair_of = np.repeat(np.arange(len(pairs), dtype=np.int64), sizes)
+        bottleneck = np.empty(n_rows, dtype=np.int8)
+        deployment = np.empty(n_rows, dtype=np.int64)
+        labels: list[str] = []
+        start = 0
+        for (p, d), (x, y, point), size in zip(pairs, selection, sizes, strict=True):
+            stop = start + size
+            x, y, point = (np.asarray(a, dtype=np.int64) for a in (x, y, point))
+            _match_pair(p, d, x, y, point, isl, osl, floats[:, start:stop], ints[:, start:stop],
+                        bottleneck[start:stop])
+            # one label per (x, y) of this pair, in order of first appearance
+            ratio, codes = np.unique(np.column_stack([x, y]), axis=0, return_inverse=True) if size else (
+                np.empty((0, 2), dtype=np.int64), np.empty(0, dtype=np.int64))
+            suffix = "+MTP" if d.mtp_tokens > 0 else ""
+            deployment[start:stop] = len(labels) + codes.ravel()
+            labels += [disagg_label(int(a), p.topology, int(b), d.topology, suffix) for a, b in ratio]
+            start = stop
+
+        frame = pd.DataFrame(floats.T, columns=list(_RM_FLOAT), copy=False)
+        models = [" / ".join(sorted({m for m in (p.model, d.model) if m})) or None for p, d in pairs]
+        text = {
+            "source": _categorical(pair_of, [f"predicted by rate matching: prefill sweep [{p.source or p.path}] "
+                                             f"+ decode sweep [{d.source or d.path}]" for p, d in pairs]),
+            "path": _categorical(pair_of, [" + ".join(s for s in (p.path, d.path) if s) or None
+                                           for p, d in pairs]),
+            "model": _categorical(pair_of, models),
+            "mode": _categorical(np.zeros(n_rows, dtype=np.int64), ["disagg"]),
+            "topology": _categorical(np.zeros(n_rows, dtype=np.int64), [None]),
+            "prefill_topology": _categorical(pair_of, [p.topology for p, _ in pairs]),
+            "decode_topology": _categorical(pair_of, [d.topology for _, d in pairs]),
+            "deployment": _categorical(deployment, labels),
+            "bottleneck": _categorical(bottleneck.astype(np.int64), list(_BOTTLENECK)),
+        }
+        columns: dict[str, Any] = {**text, **dict(zip(_RM_INT, ints)),
+                                   "modeled": np.ones(n_rows, dtype=bool)}
+        for position, name in enumerate(RATE_MATCH_COLUMNS):
+            if name not in frame.columns:
+                frame.insert(position, name, columns[name])
+        return frame
+
+
+def _check_osl(osl: Any) -> None:
+    if isinstance(osl, bool) or not isinstance(osl, (int, np.integer)) or osl < 2:
+        raise InputError("rate_match", "osl", f"expected a whole number >= 2 (decode makes OSL - 1 steps), got {osl!r}")
 
 
 # Column groups of a rate-matched frame by dtype (each group filled as one buffer).
@@ -149,43 +191,8 @@ def _categorical(codes: np.ndarray, values: list[str | None]) -> pd.Categorical:
     return pd.Categorical.from_codes(code_of[codes], categories=pd.Index(present, dtype=object))
 
 
-class _Ratios:
-    """Every x : y with x, y in 1..max_workers, each with its reduced form x/g : y/g and g = gcd(x, y)."""
-
-    def __init__(self, max_workers: int) -> None:
-        grid = np.arange(1, max_workers + 1)
-        x, y = (a.ravel() for a in np.meshgrid(grid, grid, indexing="ij"))
-        g = np.gcd(x, y)
-        self.xy: list[tuple[int, int]] = list(zip(x.tolist(), y.tolist()))
-        self.count = x.size
-        self.x, self.y, self.scale = x, y, g
-        self.reduced, inverse = np.unique(np.column_stack([x // g, y // g]), axis=0, return_inverse=True)
-        self.base = inverse.ravel()
-        self._rows: dict[int, _RatioRows] = {}
-
-    def rows(self, n_points: int) -> _RatioRows:
-        """Per-row indices for ``n_points`` decode points under every ratio (cached: pairs share them)."""
-        if n_points not in self._rows:
-            ratio = np.repeat(np.arange(self.count), n_points)
-            point = np.tile(np.arange(n_points), self.count)
-            self._rows[n_points] = _RatioRows(
-                ratio=ratio, point=point, flat_base_point=self.base[ratio] * n_points + point,
-                scale=self.scale[ratio].astype(np.float64), x=self.x[ratio], y=self.y[ratio])
-        return self._rows[n_points]
-
-
-@dataclass(frozen=True)
-class _RatioRows:
-    ratio: np.ndarray  # row -> index of x : y
-    point: np.ndarray  # row -> decode point
-    flat_base_point: np.ndarray  # row -> flat index into (reduced ratio, decode point) arrays
-    scale: np.ndarray  # row -> gcd(x, y)
-    x: np.ndarray
-    y: np.ndarray
-
-
 @dataclass
-class _Sweep:
+class IsolatedSweep:
     """One isolated deployment's points (arrays in row order) with what rate matching needs."""
 
     topology: str
@@ -199,6 +206,19 @@ class _Sweep:
     model: str | None
     capacity: np.ndarray | None = None  # requests/s of one worker at each point
 
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """A prefill sweep's capacities in ascending order and, per position, the point rate matching runs
+        when a rate per worker needs that capacity or more: the lightest (lowest TTFT, then concurrency, then
+        row) among that position and all above it, i.e. among the points that keep up."""
+        assert self.capacity is not None
+        n_p = self.capacity.size
+        rows = np.arange(n_p)
+        by_capacity = np.lexsort((rows, self.concurrency, self.latency, self.capacity))
+        lightness = np.empty(n_p, dtype=np.int64)
+        lightness[np.lexsort((rows, self.concurrency, self.latency))] = rows
+        lightest_from = np.minimum.accumulate(lightness[by_capacity][::-1])[::-1]
+        return self.capacity[by_capacity], np.argsort(lightness)[lightest_from]
+
 
 def _target_isl(prefill_df: pd.DataFrame, isl: int | None) -> int:
     if isl is not None:
@@ -211,7 +231,7 @@ def _target_isl(prefill_df: pd.DataFrame, isl: int | None) -> int:
     return int(prefill_df["isl"].dropna().iloc[0])
 
 
-def _isolated_groups(df: pd.DataFrame, latency_col: str, *, role: str) -> list[_Sweep]:
+def _isolated_groups(df: pd.DataFrame, latency_col: str, *, role: str) -> list[IsolatedSweep]:
     if len(df) == 0:
         return []
     conc = column_values(df, "concurrency", positive=True)
@@ -233,13 +253,13 @@ def _isolated_groups(df: pd.DataFrame, latency_col: str, *, role: str) -> list[_
     extras = {c: (pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
                   if c in df.columns else np.full(len(df), np.nan)) for c in extra_cols}
     keys = pd.DataFrame({"topology": [str(t).strip() for t in topo], "mtp": mtp})
-    groups: list[_Sweep] = []
+    groups: list[IsolatedSweep] = []
     for (name, mtp_tokens), rows in sorted(keys.groupby(["topology", "mtp"]).indices.items()):
         rows = np.sort(rows)
         if np.unique(gpus[rows]).size != 1:
             raise InputError(row_source(df, int(rows[0])), "gpus_total",
                              f"{role} deployment {name} has several GPU counts {sorted(set(gpus[rows]))}")
-        groups.append(_Sweep(
+        groups.append(IsolatedSweep(
             topology=name, gpus=int(gpus[rows[0]]), mtp_tokens=float(mtp_tokens),
             concurrency=conc[rows], latency=latency[rows], extra={c: v[rows] for c, v in extras.items()},
             source=_joined(df, "source", rows), path=_joined(df, "path", rows),
@@ -255,41 +275,31 @@ def _joined(df: pd.DataFrame, column: str, rows: np.ndarray) -> str:
     return ", ".join(values)
 
 
-def _match_pair(p: _Sweep, d: _Sweep, ratios: _Ratios, isl: int, osl: int, floats: np.ndarray,
-                ints: np.ndarray, ratio_of: np.ndarray, bottleneck: np.ndarray) -> None:
-    """Fill one (prefill deployment, decode deployment) block: rows ordered by (x, y, decode point)."""
-    assert p.capacity is not None and d.capacity is not None
-    # Prefill points by capacity; for each position the lightest point (lowest TTFT, then concurrency,
-    # then row) among it and all with more capacity, i.e. among those that can keep up with a given rate.
-    n_p = p.capacity.size
-    by_capacity = np.lexsort((np.arange(n_p), p.concurrency, p.latency, p.capacity))
-    capacity_sorted = p.capacity[by_capacity]
-    lightness = np.empty(n_p, dtype=np.int64)
-    lightness[np.lexsort((np.arange(n_p), p.concurrency, p.latency))] = np.arange(n_p)
-    lightest_from = np.minimum.accumulate(lightness[by_capacity][::-1])[::-1]
-    row_of_lightness = np.argsort(lightness)
+def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray, point: np.ndarray, isl: int,
+                osl: int, floats: np.ndarray, ints: np.ndarray, bottleneck: np.ndarray) -> None:
+    """Fill one (prefill deployment, decode deployment) block: one row per ``(x[i], y[i], point[i])``."""
+    assert d.capacity is not None
+    capacity_sorted, point_from = p.levels()
+    n_p = capacity_sorted.size
 
     # Everything on the reduced ratio x/g : y/g, then scaled by g: per-GPU numbers equal for multiples.
-    xr = ratios.reduced[:, 0:1]
-    yr = ratios.reduced[:, 1:2]
-    prefill_rate = xr * capacity_sorted[-1]  # (m, 1) requests/s
-    decode_rate = yr * d.capacity  # (m, n_d)
+    g = np.gcd(x, y)
+    xr, yr = x // g, y // g
+    prefill_rate = xr * capacity_sorted[-1]  # requests/s
+    decode_rate = yr * d.capacity[point]
     rate_r = np.minimum(prefill_rate, decode_rate)
-    chosen = np.empty(rate_r.shape, dtype=np.int64)
-    for x_val in np.unique(ratios.reduced[:, 0]):
-        sel = ratios.reduced[:, 0] == x_val
-        # the first prefill position whose x * P reaches the rate (x * P_max always does)
-        pos = np.searchsorted(x_val * capacity_sorted, rate_r[sel], side="left")
-        chosen[sel] = row_of_lightness[lightest_from[pos]]
+    # The first prefill position whose x * P reaches the rate (x * P_max always does): how many x * P fall
+    # short of it (x * P is sorted, so this is a left search; products as a search over x * P would form).
+    pos = np.zeros(x.size, dtype=np.int64)
+    for k in range(n_p):
+        pos += xr * capacity_sorted[k] < rate_r
+    chosen = point_from[pos]
     limit = np.where(prefill_rate < decode_rate, 0, np.where(prefill_rate > decode_rate, 1, 2))
     tokens = float(isl + osl)
-    per_gpu_r = rate_r * tokens / (xr * p.gpus + yr * d.gpus)
+    per_gpu = rate_r * tokens / (xr * p.gpus + yr * d.gpus)
 
-    rows = ratios.rows(d.capacity.size)
-    flat = rows.flat_base_point
-    point = rows.point
-    pp = chosen.ravel()[flat]
-    rate = rate_r.ravel()[flat] * rows.scale
+    pp = chosen
+    rate = rate_r * g.astype(np.float64)
     tpot = d.latency[point]
     ttft = p.latency[pp]
     values = {
@@ -302,22 +312,20 @@ def _match_pair(p: _Sweep, d: _Sweep, ratios: _Ratios, isl: int, osl: int, float
         "tpot_ms_p50": tpot,
         "tpot_ms_mean": d.extra["tpot_ms_mean"][point],
         "tpot_ms_p99": d.extra["tpot_ms_p99"][point],
-        "tps_per_gpu": per_gpu_r.ravel()[flat],
+        "tps_per_gpu": per_gpu,
         "tps_per_user": 1000.0 / tpot,
         "accuracy": np.nan,
-        "output_tps_per_decode_gpu": rate * osl / (rows.y * d.gpus),
+        "output_tps_per_decode_gpu": rate * osl / (y * d.gpus),
         "prefill_concurrency": p.concurrency[pp],
         "decode_concurrency": d.concurrency[point],
     }
     for j, name in enumerate(_RM_FLOAT):
         floats[j] = values[name]
-    x, y = rows.x, rows.y
     whole = {"n_prefill_workers": x, "n_decode_workers": y, "gpus_prefill": x * p.gpus,
              "gpus_decode": y * d.gpus, "gpus_total": x * p.gpus + y * d.gpus, "isl": isl, "osl": osl}
     for j, name in enumerate(_RM_INT):
         ints[j] = whole[name]
-    ratio_of[:] = rows.ratio
-    bottleneck[:] = limit.ravel()[flat]
+    bottleneck[:] = limit
 
 
 def predicted_vs_measured(predicted: pd.DataFrame, measured: pd.DataFrame, *,

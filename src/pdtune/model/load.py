@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pdtune import guarded
-from pdtune.errors import InputError
+from pdtune.errors import InputError, brief
 from pdtune.model.config import Config
 from pdtune.model.families import CONFIG_CLASS_DEFAULTS, FAMILIES, SUPPORTED_MODEL_TYPES, family_of
 from pdtune.model.families.common import model_dtype
@@ -61,6 +61,40 @@ NOT_MODELLED = {
 }
 
 
+#: What transformers (5.20, the version vLLM 0.33 loads configs with) accepts in a config's ``layer_types``
+#: (``configuration_utils.ALLOWED_ATTN_LAYER_TYPES``), and the legacy names it renames first
+#: (``_LEGACY_LAYER_TYPE_REMAP``).
+ALLOWED_LAYER_TYPES = (
+    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
+    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
+    "hybrid_sliding", "reference_sliding_attention", "linear_attention",
+)
+LEGACY_LAYER_TYPES = {"mamba": "linear_attention", "attention": "full_attention",
+                      "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
+
+
+def check_layer_types(cfg: Config) -> None:
+    """A config's ``layer_types``, whatever its family reads of it: one known type per layer.
+
+    transformers' ``PreTrainedConfig.validate_layer_type`` (5.20), run on every config vLLM loads, refuses
+    anything else; pdtune applies it to every family, including those whose vLLM model ignores the list
+    (gpt-oss slides every even layer, DeepSeek's layers are all MLA), so a file vLLM cannot load is refused
+    here too, not planned.
+    """
+    types = cfg.raw.get("layer_types")
+    if types is None:
+        return
+    if not isinstance(types, list):
+        raise InputError(cfg.source, "layer_types", f"must be a list of layer types, got {brief(types)}")
+    n = cfg.int("num_hidden_layers")
+    if len(types) != n:
+        raise InputError(cfg.source, "layer_types", f"has {len(types)} entries for num_hidden_layers {n}")
+    for i, t in enumerate(types):
+        if not isinstance(t, str) or LEGACY_LAYER_TYPES.get(t, t) not in ALLOWED_LAYER_TYPES:
+            raise InputError(cfg.source, "layer_types", f"entry {i} is {brief(t)}, not a layer type transformers "
+                                                        f"knows ({', '.join(ALLOWED_LAYER_TYPES)})")
+
+
 def load_model(name_or_path: str | Path, *, weights: str = "") -> ModelSpec:
     """A model from its ``config.json`` (a bundled name, a folder or the file).
 
@@ -90,6 +124,7 @@ def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: 
                          f"{why} {model_type!r}; pdtune understands: {', '.join(SUPPORTED_MODEL_TYPES)}")
     if family in CONFIG_CLASS_DEFAULTS:
         cfg = cfg.with_defaults(CONFIG_CLASS_DEFAULTS[family])
+    check_layer_types(cfg)
     archs = raw.get("architectures") or cfg.raw.get("architectures") or [model_type]
     architecture = str(archs[0]) if isinstance(archs, list) and archs else model_type
     text_type = cfg.text.get("model_type") if cfg.text is not None else None
@@ -106,6 +141,7 @@ def spec_from_config(raw: dict[str, Any], *, source: str = "config.json", name: 
         max_length=cfg.max_length(str(text_type or model_type)),
         kv_cache_quant_algo=cfg.kv_cache_quant_algo(),
         text_model_type=str(text_type) if isinstance(text_type, str) else None,
+        total_attention_heads=cfg.opt_int("num_attention_heads", minimum=0) or 0,
         extra={"config": raw, "family": family},
     )
     return FAMILIES[family](cfg, common, family)

@@ -281,6 +281,7 @@ class ModelSpec:
     max_length: MaxLength | None = None
     kv_cache_quant_algo: str | None = None  # what --kv-cache-dtype auto resolves to (modelopt checkpoints)
     text_model_type: str | None = None  # the language model's model_type inside a multimodal wrapper
+    total_attention_heads: int = 0  # the config's num_attention_heads (0 when it has none), what vLLM checks TP on
 
     @property
     def num_layers(self) -> int:

@@ -50,18 +50,16 @@ solving it again. Every number is **modeled**.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
 from pdtune.memory import vllm_batch_defaults, vllm_default_max_num_batched_tokens
-from pdtune.model import ModelSpec
-from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, ROOFLINE, Efficiency
-from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, build_engine
-from pdtune.perfmodel.sweeps import Prediction, check_concurrencies
+from pdtune.perfmodel.efficiency import ROOFLINE, Efficiency
+from pdtune.perfmodel.engine import Batch, Engine, EngineConfig
+from pdtune.perfmodel.sweeps import Prediction
 from pdtune.state import plan_state
-from pdtune.topology import Topology
 
 
 def serving_defaults(vllm: str, gpu: GpuSpec) -> tuple[int, int]:

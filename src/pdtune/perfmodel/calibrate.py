@@ -113,6 +113,11 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
     raw = read_yaml(source)  # the guarded reader: file type, size, UTF-8, depth, aliases, duplicate keys
     if not isinstance(raw, dict) or "pdtune_calibration" not in raw:
         raise InputError(source, "pdtune_calibration", "missing: not a pdtune calibration file")
+    version = raw["pdtune_calibration"]
+    if type(version) is not int or version != FORMAT_VERSION:
+        # a format pdtune does not write may mean anything by the same keys: never read as this one
+        raise InputError(source, "pdtune_calibration", f"format {brief(version)}; pdtune {__version__} reads and "
+                                                       f"writes format {FORMAT_VERSION} (`pdtune calibrate` again)")
     for key in ("model", "gpu", "factors"):
         if key not in raw:
             raise InputError(source, key, "missing")

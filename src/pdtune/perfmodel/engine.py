@@ -446,10 +446,9 @@ class Engine:
         return total
 
     def stage_terms(self, batch: Batch, window: tuple[float, float, float] | None = None) -> list[StepTerms]:
-        """The step as :class:`StepTerms` on one GPU of each pipeline stage (``stage_times`` without the
-        factors): what the step-level simulator (:mod:`pdtune.sim`) caches and re-times. ``window`` gives the
-        sliding-window layers' fields (:func:`window_fields`) instead of deriving them from the batch: with them
-        held apart, every piece of work is affine in the batch's pair and KV fields, sliding windows included."""
+        """The step as :class:`StepTerms` on one GPU of each stage (``stage_times`` without the factors), as
+        :mod:`pdtune.sim` caches and re-times it; ``window`` gives the sliding-window fields (:func:`window_fields`)
+        apart, so that every piece of work is affine in the batch's fields, sliding windows included."""
         return [self._stage_terms(index, batch, window) for index in range(len(self.stages))]
 
     @cached_property
@@ -555,8 +554,7 @@ class Engine:
             full = Work({"bf16": pair_flops / tp}, kv)
             # A sliding-window layer sees at most its window of each token's context (window_fields).
             window = self.spec.attention.sliding_window if self.spec.attention else None
-            given = window_override
-            pre_window, dec_share, kv_share = given if given is not None else window_fields(
+            pre_window, dec_share, kv_share = window_override or window_fields(  # a given tuple is never empty
                 window, batch.seqs, batch.prefill_tokens, batch.attn_pairs, batch.decode_pairs,
                 batch.kv_tokens_read)
             sliding = Work(
@@ -674,10 +672,9 @@ class Engine:
 
 def window_fields(window: int | None, seqs: float, prefill_tokens: float, attn_pairs: float, decode_pairs: float,
                   kv_tokens_read: float) -> tuple[float, float, float]:
-    """A sliding-window layer's share of a step's attention: (prompt pairs inside the window, decode pairs inside
-    it, KV tokens it reads). A decode token sees at most ``window`` of its context (the share ``window / context`` of
-    the batch's mean context ``kv_tokens_read / seqs``), a prompt token at most ``window`` positions before it.
-    Without a window every field is the full one."""
+    """A sliding-window layer's share of a step's attention: (prompt pairs, decode pairs, KV tokens read inside the
+    window). A decode token sees ``window / context`` of the batch's mean context (``kv_tokens_read / seqs``), a
+    prompt token at most ``window`` positions before it; without a window every field is the full one."""
     if prefill_tokens:
         pre_pairs, dec_pairs = attn_pairs - decode_pairs, decode_pairs
     else:
@@ -750,8 +747,11 @@ def build_engine(
         raise InputError("--mtp", "mtp_tokens", "must not be negative")
     if mtp_tokens and spec.num_mtp_layers == 0:
         raise InputError(spec.source, "num_nextn_predict_layers", "the model has no MTP module for --mtp")
-    if topology.pp > spec.num_layers:
-        raise InputError(source, "pp", f"{topology.pp} stages for {spec.num_layers} layers")
+    from pdtune.scenario import layout_rules
+
+    problem = layout_rules(spec, topology)  # the rules every command applies (+EP needs experts, ...)
+    if problem:
+        raise InputError(source, "topology", problem)
     if spec.moe is not None and spec.moe.num_experts % topology.ep:
         raise InputError(source, "ep", f"{spec.moe.num_experts} experts do not split over EP={topology.ep}")
     costs = model_costs(spec)

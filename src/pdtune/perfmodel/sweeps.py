@@ -526,7 +526,7 @@ def predict_disagg(
         dsvc = _decode_service(decode, b / y, context, osl - 1, acceptance, efficiency)
         rate = min(x * psvc.rate, y * dsvc.rate)
         if rate <= 0:
-            raise InputError("predict_disagg", "concurrency", f"no steady state at concurrency {c}")
+            raise InputError("--concurrency", "concurrency", f"no steady state at concurrency {c}")
         # Cycle and tokens per step mix linearly between DP load levels: take TPOT from the decode rate.
         tpot = b / (y * dsvc.rate * (osl - 1)) if b > 0 else dsvc.cycle / dsvc.tokens_per_step
         # Time before the first token: waiting and prefilling (Little's law over the prefill side), at

@@ -18,8 +18,11 @@ The article's workflow, run before anything is measured:
    points beyond the engine's KV room at ISL + OSL are dropped (the KV-room check of chapter 7; a decode sweep
    run at a short ISL holds far more requests than the same engine can at the plan's workload). Points and
    sweeps that cannot reach a frontier are pruned (see :func:`_pareto_points`, :func:`prune_sweeps`).
-3. **Rate matching within the budget.** :func:`pdtune.frontier.rate_match` combines every prefill sweep with
-   every decode sweep as ``x`` prefill and ``y`` decode engines, and only ``x * g_p + y * g_d <= N`` is kept.
+3. **Rate matching within the budget.** Rate matching (:mod:`pdtune.frontier.xpyd`) combines every prefill
+   sweep with every decode sweep as ``x`` prefill and ``y`` decode engines, ``x * g_p + y * g_d <= N``. Of the
+   ``O(N^2)`` worker counts only those on each pair's TTFT/throughput staircase are built, found in ``O(log N)``
+   steps (:mod:`pdtune.plan.staircase`), and the rest counted: memory and time do not grow with the budget
+   (2^20 GPUs take seconds), and the table, picks and counts are those of every row.
    A measured decode sweep must hold the plan's mean context (``ISL + OSL / 2``; a sweep at ISL 1 and OSL 1024
    is refused for an 8192/1024 plan: :func:`pdtune.plan.pools.decode_context`).
 4. **KV transfer.** Each row's TTFT gains the time to move one request's state from the prefill layout to the

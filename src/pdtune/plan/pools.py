@@ -58,9 +58,12 @@ class Rejected:
     gpu: str
     topology: str
     reason: str
+    # where the refusal came from (the InputError's file or flag and field): what to blame when every layout
+    # of a pool is refused for the same cause (not written into the plan file)
+    cause: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {"role": self.role, "gpu": self.gpu, "topology": self.topology, "reason": self.reason}
 
 
 def candidate_topologies(spec: ModelSpec, max_gpus: int) -> list[Topology]:
@@ -88,6 +91,49 @@ def candidate_topologies(spec: ModelSpec, max_gpus: int) -> list[Topology]:
             tp *= 2
         size *= 2
     return out
+
+
+def check_listed_layouts(spec: ModelSpec, s: PlanSettings) -> None:
+    """The layouts the user lists (``--prefill-topologies``, ``--decode-topologies``) pass the checks the
+    workbook runs on its own lists (:func:`pdtune.scenario.layout_problem`: the name, TP against the heads
+    and head groups, ``+EP`` only with experts, EP and PP ranks): a layout vLLM cannot start is bad input,
+    not a candidate rejected for memory."""
+    from pdtune.scenario import layout_problem
+
+    for role, names in (("prefill", s.prefill_topologies), ("decode", s.decode_topologies)):
+        for name in names or ():
+            problem = layout_problem(spec, name, max_model_len=s.isl + s.osl, kv_cache_dtype=s.kv_cache_dtype,
+                                     vllm=s.vllm, source=f"--{role}-topologies")
+            if problem:
+                shown = problem if repr(name.strip()) in problem else f"{name.strip()}: {problem}"
+                raise InputError(f"--{role}-topologies", "topology", shown)
+
+
+def _check_model(df: pd.DataFrame, spec: ModelSpec, where: str) -> None:
+    """Measured sweeps are this model's, the rule ``pdtune validate`` and the workbook apply (the row's model by
+    :func:`pdtune.perfmodel.validation.model_key`), checked before anything else is read of them: another
+    model's sweep is wrong whatever its workload. Rows that name no model are taken for the plan's."""
+    from pdtune.perfmodel.validation import model_key
+
+    want = model_key(spec.name)
+    if "model" in df.columns:
+        for path, model in df[["path", "model"]].drop_duplicates().itertuples(index=False):
+            if isinstance(model, str) and model.strip() and model_key(model) != want:
+                raise InputError(path if isinstance(path, str) and path else where, "model",
+                                 f"{where}: a sweep of {model.strip()}, and the plan is for {spec.name}: rate "
+                                 "matching another model's sweeps would plan that model")
+
+
+def _check_measured(df: pd.DataFrame, spec: ModelSpec, s: PlanSettings, where: str) -> None:
+    """The measured sweeps' layouts can run the model (:func:`pdtune.scenario.layout_problem`)."""
+    from pdtune.scenario import layout_problem
+
+    for topology, path in df.groupby("topology", sort=True)["path"].first().items():
+        problem = layout_problem(spec, str(topology), max_model_len=s.isl + s.osl, kv_cache_dtype=s.kv_cache_dtype,
+                                 vllm=s.vllm, source=where)
+        if problem:
+            raise InputError(path if isinstance(path, str) and path else where, "topology",
+                             f"{where}: {topology}: {problem}")
 
 
 def spans_nvlink_domain(gpu: GpuSpec, topology: Topology) -> bool:
@@ -175,7 +221,8 @@ def modeled_pool(spec: ModelSpec, gpu: GpuSpec, role: str, s: PlanSettings, eff:
                     preds = predict_decode(spec, gpu, topo, grid, isl=s.isl, osl=s.osl, mtp_tokens=k,
                                            acceptance=s.acceptance, config=config, efficiency=eff)
             except InputError as err:
-                pool.rejected.append(Rejected(role, gpu.name, topo.name + (f"+MTP{k}" if k else ""), err.message))
+                pool.rejected.append(Rejected(role, gpu.name, topo.name + (f"+MTP{k}" if k else ""), err.message,
+                                              (err.source, err.field)))
                 continue
             frame = _pareto_points(to_frame(preds).assign(topology=topo.canonical), role, s.osl)
             if role == "prefill":  # past saturation more clients only queue: twice the last useful point
@@ -201,6 +248,7 @@ def measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: str
     modes = set(df["mode"].dropna()) - {"agg", role}
     if modes:
         raise InputError(df["path"].iloc[0], "mode", f"{where} holds {', '.join(sorted(modes))} results")
+    _check_model(df, spec, where)
     if role == "prefill":
         isl = df["isl"].dropna()
         if len(isl) and int(isl.iloc[0]) != s.isl:
@@ -209,6 +257,7 @@ def measured_pool(paths: Sequence[str], spec: ModelSpec, gpu: GpuSpec, role: str
     else:
         _check_decode_context(df, s)
     df = canonical_topologies(df)
+    _check_measured(df, spec, s, where)
     df["mtp_tokens"] = pd.to_numeric(df["mtp_tokens"], errors="coerce").fillna(0)
     config = s.engine_config(role)
     wanted = _wanted(s.prefill_topologies if role == "prefill" else s.decode_topologies, f"--{role}-topologies")

@@ -5,7 +5,7 @@ way they are compared."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -77,7 +77,8 @@ class _Choice:
 
 
 def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceiling: TtftCeiling, *,
-            require_sla: bool) -> tuple[pd.DataFrame, list[Pick]]:
+                 require_sla: bool, meeting: Callable[[Sla], int] | None = None,
+                 curves: Callable[[set[str]], pd.DataFrame] | None = None) -> tuple[pd.DataFrame, list[Pick]]:
     """The table the plan reports and its picks, every reported row evaluated by ``evaluator``.
 
     The steady-state rows rank the candidates; the evaluator re-evaluates them best first (all at once, or a
@@ -85,7 +86,12 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     evaluated row that meets it with a TTFT within the ceiling, else the best that meets it (flagged above the
     ceiling); the runner-up the next best meeting it of another deployment; and the best aggregated and the
     best disaggregated row meeting it (same ceiling rule as the pick). The table holds the steady-state
-    frontier and all of these, evaluated."""
+    frontier and all of these, evaluated.
+
+    ``rows`` may stand for more rows than it holds (the disaggregated staircase of :mod:`pdtune.plan.staircase`,
+    which holds every row a pick can be): ``meeting`` then counts the disaggregated rows of the whole search
+    that meet an SLA, and ``curves`` gives a disaggregated deployment's whole curve; aggregated rows are all
+    in ``rows``."""
     front = upper_envelope(rows)
     done: list[pd.DataFrame] = []
     seen: set[Any] = set()
@@ -107,7 +113,8 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     for sla in slas:
         mask = sla.meets(rows)
         ranked = _ranked(rows, mask)
-        choice = _Choice(sla, int(mask.sum()))
+        agg = (rows["mode"].astype(str) == "agg").to_numpy()
+        choice = _Choice(sla, int(mask.sum()) if meeting is None else meeting(sla) + int((mask & agg).sum()))
         batch = evaluator.batch or max(len(ranked), 1)
         within: dict[str, Any] = {}  # "pick" and each mode: the first evaluated row meeting it under the ceiling
         anywhere: dict[str, Any] = {}
@@ -164,7 +171,11 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
                 r = evaluated([choice.closest]).iloc[0]
                 p90 = (f" (p90 {ceil_to(r['tpot_ms_p90'], 1):.1f} ms: {r['tpot_p90_basis']})"
                        if sla.max_tpot_ms_p90 is not None else "")
-                raise InputError("SLA", sla.describe(),
+                flags = "/".join(flag for flag, value in (("--min-tps-per-user", sla.min_tps_per_user),
+                                                          ("--max-ttft-ms", sla.max_ttft_ms),
+                                                          ("--max-tpot-ms-p90", sla.max_tpot_ms_p90))
+                                 if value is not None)
+                raise InputError(flags or "SLA", sla.describe(),
                                  f"no deployment within the budget meets it; the closest is {r['deployment']} at "
                                  f"concurrency {int(r['concurrency'])}: {floor_to(r['tps_per_user'], 1):.1f} "
                                  f"tokens/s per user, TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms, TPOT "
@@ -196,9 +207,15 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     table["meets_sla"] = [[bool(v) for v in row] for row in met]
     table["within_ttft_ceiling"] = table["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
     table["bottleneck_words"] = [bottleneck_words(r) for r in table.to_dict("records")]
-    table["curve_concurrencies"] = _curves(rows, table)
-    loads = [c for c in ("prefill_concurrency", "decode_concurrency", "server_concurrency") if c in rows.columns]
-    heaviest = rows[rows["deployment"].isin(set(table["deployment"]))].groupby("deployment")[loads].max()
+    whole = rows
+    if curves is not None:
+        named = set(table["deployment"].astype(str))
+        disagg = set(table.loc[table["mode"].astype(str) == "disagg", "deployment"].astype(str))
+        whole = pd.concat([rows[rows["deployment"].astype(str).isin(named - disagg)], curves(disagg)],
+                          ignore_index=True) if disagg else rows
+    table["curve_concurrencies"] = _curves(whole, table)
+    loads = [c for c in ("prefill_concurrency", "decode_concurrency", "server_concurrency") if c in whole.columns]
+    heaviest = whole[whole["deployment"].isin(set(table["deployment"]))].groupby("deployment")[loads].max()
     for col, key in (("curve_prefill_concurrency_max", "prefill_concurrency"),
                      ("curve_decode_concurrency_max", "decode_concurrency"),
                      ("curve_server_concurrency_max", "server_concurrency")):

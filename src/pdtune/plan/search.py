@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pdtune.errors import InputError
-from pdtune.frontier import rate_match
+from pdtune.frontier.xpyd import IsolatedSweep, RatePairs
 from pdtune.gpus import GpuSpec, load_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.precision import parse_weights_dtype
@@ -40,6 +40,7 @@ from pdtune.plan.inputs import (
 from pdtune.plan.report import Pick, ceil_to, comparison_sentence, report_table
 from pdtune.plan.pools import (
     Candidate,
+    check_listed_layouts,
     Factors,
     Rejected,
     Pool,
@@ -49,9 +50,19 @@ from pdtune.plan.pools import (
     candidate_topologies,
     pool_factors,
 )
+from pdtune.plan.staircase import LinkTerms, PairTerms, Staircase, on_staircase
 from pdtune.state import plan_state
 from pdtune.topology import Topology, parse_topology
-from pdtune.transfer import NVLINK, SCALE_OUT, EngineExtras, Transfer, load_link, request_transfer, scope_link
+from pdtune.transfer import (
+    NVLINK,
+    SCALE_OUT,
+    EngineExtras,
+    Transfer,
+    links_file,
+    load_link,
+    request_transfer,
+    scope_link,
+)
 from pdtune.units import MiB
 
 
@@ -60,7 +71,8 @@ from pdtune.units import MiB
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """A finished search: candidates, every feasible rate-matched row, the frontier, the picks."""
+    """A finished search: candidates, the rate-matched rows an SLA can pick (counts cover every row), the
+    frontier, the picks."""
 
     settings: PlanSettings
     spec: ModelSpec
@@ -69,7 +81,7 @@ class Plan:
     candidates: tuple[Candidate, ...]
     rejected: tuple[Rejected, ...]
     pruned: tuple[str, ...]
-    rows: pd.DataFrame  # every feasible row (see ROW_COLUMNS)
+    rows: pd.DataFrame  # every feasible row an SLA can pick: each pair's staircase (see pdtune.plan.staircase)
     table: pd.DataFrame  # frontier rows and pick rows, numbered by ``row``
     picks: tuple[Pick, ...]
     counts: dict[str, int]
@@ -271,6 +283,7 @@ def plan(
         load_link(g, "scale_out")  # a GPU without link data is bad input before any work
     factors = pool_factors(s, prefill_gpu, decode_gpu)
     s.extras()  # an unreadable --speculative-model is bad input before any work
+    check_listed_layouts(spec, s)
     p90 = tpot_p90_rule(s.tpot_p90_factor)
     pools = {}
     for role, gpu, given in (("prefill", prefill_gpu, prefill_results), ("decode", decode_gpu, decode_results)):
@@ -284,7 +297,8 @@ def plan(
         # limit; with a TTFT limit every decode sweep stays.
         prune_sweeps(pools["decode"], "decode", s.osl)
     _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
-    rows, counts, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    rows, space, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    counts = dict(space.stairs.counts)
     agg_rejected: list[Rejected] = []
     agg_layouts = agg_dropped = 0
     if s.aggregated:
@@ -298,6 +312,9 @@ def plan(
             agg_dropped += pool.dropped_above_room
             unloaded = min(unloaded, pool.unloaded_ttft_ms)
         rows = pd.concat(parts, ignore_index=True)
+        # the staircase counted the disaggregated rows; the aggregated ones are all here
+        agg = rows["mode"].astype(str) == "agg"
+        counts["rows_network_charged"] += int(rows.loc[agg, "network_charged"].astype(bool).sum())
     rows["mode"] = rows["mode"].astype(str)
     for col in _COUNT_COLUMNS:  # whole numbers, absent (NA) where a mode has none
         if col in rows.columns:
@@ -308,7 +325,8 @@ def plan(
     if evaluator is None:
         evaluator = (simulated(spec, {"prefill": prefill_gpu, "decode": decode_gpu}, s, factors, p90)
                      if s.latency_model == "simulated" else steady_state(p90))
-    table, picks = report_table(rows, floors, evaluator, ceiling, require_sla=require_sla and bool(slas))
+    table, picks = report_table(rows, floors, evaluator, ceiling, require_sla=require_sla and bool(slas),
+                                meeting=space.stairs.meeting, curves=space.curves)
     counts.update({
         "prefill_candidates": len(pools["prefill"].candidates),
         "decode_candidates": len(pools["decode"].candidates),
@@ -318,10 +336,8 @@ def plan(
         "aggregated_points_above_kv_room": agg_dropped,
         "pruned": len(pools["prefill"].pruned) + len(pools["decode"].pruned),
         "decode_points_above_kv_room": pools["decode"].dropped_above_room,
-        "feasible_rows": len(rows),
         "aggregated_rows": int((rows["mode"] == "agg").sum()),
         "frontier_rows": int(table["on_frontier"].sum()),
-        "rows_network_charged": int(rows["network_charged"].sum()),
         "frontier_rows_network_charged": int(table.loc[table["on_frontier"], "network_charged"].sum()),
     })
     return Plan(s, spec, prefill_gpu, decode_gpu,
@@ -363,6 +379,17 @@ def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], pref
         smallest = min(c.gpus for c in sides["prefill"]) + min(c.gpus for c in sides["decode"])
         if smallest <= s.max_gpus:
             return
+    for role in ("prefill", "decode"):
+        if sides[role]:
+            continue
+        # Every layout refused for one cause that is not its memory (a DCP no TP is a multiple of, a setting
+        # of the engine): that cause is the bad input, not the budget.
+        refused = [r for r in pools[role].rejected if r.cause is not None]
+        causes = {r.cause for r in refused}
+        if len(causes) == 1 and refused[0].cause is not None and refused[0].cause[1] != "kv_cache":
+            source, field_ = refused[0].cause
+            raise InputError(source, field_, f"no {role} layout of {spec.name} can run with it: "
+                                             f"{refused[0].topology}: {refused[0].reason}")
     smallest = _smallest_deployment(spec, s, prefill_gpu, decode_gpu)
     where = f"{spec.name} on {prefill_gpu.name}" + (f"/{decode_gpu.name}" if s.mixed else "")
     if smallest is None:
@@ -409,36 +436,106 @@ class _Context:
 
 def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], prefill_gpu: GpuSpec,
            decode_gpu: GpuSpec, factors: dict[str, Factors], p90: TpotP90,
-           ) -> tuple[pd.DataFrame, dict[str, int], dict[str, dict[str, Any]]]:
-    """Rate-match every prefill sweep with every decode sweep within the budget; add the KV transfer."""
+           ) -> tuple[pd.DataFrame, _RowSpace, dict[str, dict[str, Any]]]:
+    """Rate-match every prefill sweep with every decode sweep within the budget, add the KV transfer: the rows
+    on each pair's staircase (:mod:`pdtune.plan.staircase`), and every row's counts."""
     n = s.max_gpus
     prefill, decode = pools["prefill"], pools["decode"]
     ctx = _Context(spec, s, prefill_gpu, decode_gpu,
                    {(c.role, c.topology, c.mtp_tokens): c for c in prefill.candidates + decode.candidates},
                    min(f.efficiency.link for f in factors.values()), s.extras(), p90)
+    same_kind = prefill_gpu.name == decode_gpu.name
+    domain = (load_link(prefill_gpu.name, NVLINK).domain_gpus or 0) if same_kind else 0
+    if same_kind and domain:
+        _check_links_order(prefill_gpu)
+    stairs = Staircase(n, domain, p90.factor)
     transfers: dict[tuple[str, str, int, str], Transfer] = {}
-    counts = {"rate_matched_rows": 0, "rows_over_kv_room_after_block_size": 0, "rows_link_saturated": 0}
+    keyed: dict[tuple[str, str, int, str], dict[str, Any]] = {}
+    space = _RowSpace(ctx, stairs, transfers, keyed)
     parts = []
     for gp, pframes in _by_gpus(prefill).items():
         for gd, dframes in _by_gpus(decode).items():
             if gp + gd > n:
                 continue
-            workers = max((n - gd) // gp, (n - gp) // gd)
-            matched = rate_match(pd.concat(pframes, ignore_index=True), pd.concat(dframes, ignore_index=True),
-                                 s.osl, workers, isl=s.isl)
-            matched = matched[matched["gpus_total"].to_numpy() <= n]
-            counts["rate_matched_rows"] += len(matched)
-            if len(matched):
-                finished = _finish(matched, ctx, transfers, counts)
-                if len(finished):
-                    parts.append(finished)
+            pairs = RatePairs.of(pd.concat(pframes, ignore_index=True), pd.concat(dframes, ignore_index=True),
+                                 s.osl, isl=s.isl)
+            links = stairs.links(gp, gd)
+
+            def terms(p: IsolatedSweep, d: IsolatedSweep) -> PairTerms:
+                found = {scope: _key_values(ctx, transfers, keyed, p.topology, d.topology, int(d.mtp_tokens), scope)
+                         for scope in links}
+                one = next(iter(found.values()))
+                return PairTerms({scope: LinkTerms(v["ms"], float(v["send"]), float(v["recv"]),
+                                                   float(v["bandwidth"]), int(v["p_dp"]), int(v["d_dp"]))
+                                  for scope, v in found.items()},
+                                 float(one["room"]), str(one["dsource"]).startswith("measured"))
+
+            def charged(p: IsolatedSweep, d: IsolatedSweep) -> bool:
+                return bool(ctx.candidates[("prefill", p.topology, 0)].network_charged
+                            or ctx.candidates[("decode", d.topology, int(d.mtp_tokens))].network_charged)
+
+            selection = stairs.candidates(pairs, terms, charged)
+            matched = pairs.frame(selection)
+            if not len(matched):
+                continue
+            finished = _finish(matched, ctx, transfers, keyed)
+            pair_of = np.repeat(np.arange(len(selection)), [sel[0].size for sel in selection])
+            point = np.concatenate([sel[2] for sel in selection])
+            kept_at = finished.index.to_numpy()
+            group = pair_of[kept_at] * (1 + int(point.max())) + point[kept_at]
+            finished = finished[on_staircase(finished, group)]
+            if len(finished):
+                space.remember(pairs, finished, pair_of[finished.index.to_numpy()])
+                parts.append(finished)
     if not parts:
         raise InputError("--max-gpus", "max_gpus",
                          f"no rate-matched deployment of at most {n} GPUs is feasible (KV room or link limits)")
     rows = pd.concat(parts, ignore_index=True)
     summary = {f"{p} -> {d}{'+MTP' + str(k) if k else ''} over {scope}": t.to_dict()
                for (p, d, k, scope), t in sorted(transfers.items())}
-    return rows, counts, summary
+    return rows, space, summary
+
+
+def _check_links_order(gpu: GpuSpec) -> None:
+    """The staircase takes NVLink to be no slower than the NIC (a deployment never gains by leaving its
+    domain): true of every GPU in ``data/gpus``; a table that says otherwise is refused, not searched wrong."""
+    nvlink, nic = load_link(gpu.name, NVLINK), load_link(gpu.name, SCALE_OUT)
+    if nvlink.bandwidth < nic.bandwidth or nvlink.latency_s > nic.latency_s:
+        raise InputError(links_file(), "nvlink", f"{gpu.name}: NVLink is slower than its NIC in the GPU tables")
+
+
+@dataclass
+class _RowSpace:
+    """Everything the search's rows stand for: the staircase's counts, and any deployment's whole curve."""
+
+    ctx: _Context
+    stairs: Staircase
+    transfers: dict[tuple[str, str, int, str], Transfer]
+    keyed: dict[tuple[str, str, int, str], dict[str, Any]]
+    where: dict[str, tuple[RatePairs, int, int, int]] = field(default_factory=dict)
+
+    def remember(self, pairs: RatePairs, rows: pd.DataFrame, pair_of: np.ndarray) -> None:
+        for label, k, x, y in zip(rows["deployment"], pair_of, rows["n_prefill_workers"], rows["n_decode_workers"],
+                                  strict=True):
+            self.where.setdefault(label, (pairs, int(k), int(x), int(y)))
+
+    def curves(self, labels: set[str]) -> pd.DataFrame:
+        """Every feasible row (all decode points) of the deployments ``labels`` name."""
+        frames = []
+        by_pairs: dict[int, tuple[RatePairs, dict[int, list[tuple[int, int]]]]] = {}
+        for label in sorted(labels):
+            pairs, k, x, y = self.where[label]
+            by_pairs.setdefault(id(pairs), (pairs, {}))[1].setdefault(k, []).append((x, y))
+        for pairs, wanted in by_pairs.values():
+            selection = []
+            for k, (_, d) in enumerate(pairs.pairs):
+                ratios = sorted(wanted.get(k, []))
+                n_points = d.concurrency.size
+                x = np.repeat([r[0] for r in ratios], n_points).astype(np.int64)
+                y = np.repeat([r[1] for r in ratios], n_points).astype(np.int64)
+                selection.append((x, y, np.tile(np.arange(n_points), len(ratios)).astype(np.int64)))
+            frames.append(_finish(pairs.frame(selection), self.ctx, self.transfers, self.keyed))
+        return pd.concat(frames, ignore_index=True)
 
 
 def _by_gpus(pool: Pool) -> dict[int, list[pd.DataFrame]]:
@@ -459,10 +556,55 @@ def _network_groups(prefill: Candidate, decode: Candidate, ctx: _Context) -> str
     return "; ".join(notes)
 
 
+def _key_values(ctx: _Context, transfers: dict[tuple[str, str, int, str], Transfer],
+                keyed: dict[tuple[str, str, int, str], dict[str, Any]], p: str, d: str, k: int,
+                scope: str) -> dict[str, Any]:
+    """What every row of one prefill -> decode layout pair, MTP and link shares (computed once per plan)."""
+    key = (p, d, int(k), scope)
+    if key in keyed:
+        return keyed[key]
+    s = ctx.settings
+    if key not in transfers:
+        link = scope_link(ctx.prefill_gpu, ctx.decode_gpu, scope)
+        x = ctx.extras
+        transfers[key] = request_transfer(ctx.spec, parse_topology(p), parse_topology(d), link, isl=s.isl,
+                                          osl=s.osl, kv_cache_dtype=s.kv_cache_dtype, vllm=s.vllm,
+                                          num_speculative_tokens=int(k) or x.num_speculative_tokens,
+                                          efficiency=ctx.link_efficiency, speculative_model=x.speculative_model,
+                                          decode_context_parallel_size=x.decode_context_parallel_size)
+    t = transfers[key]
+    pc, dc = ctx.candidates[("prefill", p, 0)], ctx.candidates[("decode", d, int(k))]
+    keyed[key] = {
+        "ms": t.ms, "mib": t.bytes_total / MiB, "send": t.send_bytes_per_gpu, "recv": t.decode_bytes_per_rank,
+        "bandwidth": t.link.bandwidth * t.efficiency, "pblock": t.blocks.prefill, "dblock": t.blocks.decode,
+        "to_set": t.blocks.to_set or 0,
+        "room": np.nan if dc.kv_room is None else _room_with_block(ctx, parse_topology(d), int(k), dc.kv_room,
+                                                                    t.blocks.to_set),
+        "p_dp": parse_topology(p).dp, "d_dp": parse_topology(d).dp,
+        "charged": pc.network_charged or dc.network_charged, "groups": _network_groups(pc, dc, ctx),
+        "psource": pc.source, "dsource": dc.source,
+        "modeled": pc.source.startswith("modeled") or dc.source.startswith("modeled"),
+    }
+    return keyed[key]
+
+
 def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str, int, str], Transfer],
-            counts: dict[str, int]) -> pd.DataFrame:
+            keyed: dict[tuple[str, str, int, str], dict[str, Any]]) -> pd.DataFrame:
+    """:func:`_with_transfer`, without the rows over KV room or over the link (the staircase counts them)."""
+    out = _with_transfer(matched, ctx, transfers, keyed)
+    return out[_feasible(out)]
+
+
+def _feasible(rows: pd.DataFrame) -> np.ndarray:
+    """Rows within their decode engine's KV room (unknown room: kept) and within the link's bandwidth."""
+    over_room = rows["decode_concurrency"].to_numpy() > rows["decode_room"].to_numpy()
+    return ~(over_room | (rows["kv_link_utilization"].to_numpy() > 1.0))
+
+
+def _with_transfer(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str, int, str], Transfer],
+                   keyed: dict[tuple[str, str, int, str], dict[str, Any]]) -> pd.DataFrame:
     """The KV transfer term of every row (TTFT, concurrency, link load, the block-size fix) and the columns
-    that follow from its two candidates (provenance, network charge); rows over KV room or link are dropped."""
+    that follow from its two candidates (provenance, network charge)."""
     s = ctx.settings
     gpus_total = matched["gpus_total"].to_numpy()
     same_kind = ctx.prefill_gpu.name == ctx.decode_gpu.name
@@ -478,29 +620,7 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
         "ms", "mib", "send", "recv", "bandwidth", "pblock", "dblock", "to_set", "room", "p_dp", "d_dp",
         "charged", "groups", "psource", "dsource", "modeled")}
     for p, d, k, scope in uniques:
-        key = (p, d, int(k), scope)
-        if key not in transfers:
-            link = scope_link(ctx.prefill_gpu, ctx.decode_gpu, scope)
-            x = ctx.extras
-            transfers[key] = request_transfer(ctx.spec, parse_topology(p), parse_topology(d), link, isl=s.isl,
-                                              osl=s.osl, kv_cache_dtype=s.kv_cache_dtype, vllm=s.vllm,
-                                              num_speculative_tokens=int(k) or x.num_speculative_tokens,
-                                              efficiency=ctx.link_efficiency, speculative_model=x.speculative_model,
-                                              decode_context_parallel_size=x.decode_context_parallel_size)
-        t = transfers[key]
-        pc, dc = ctx.candidates[("prefill", p, 0)], ctx.candidates[("decode", d, int(k))]
-        values = {
-            "ms": t.ms, "mib": t.bytes_total / MiB, "send": t.send_bytes_per_gpu, "recv": t.decode_bytes_per_rank,
-            "bandwidth": t.link.bandwidth * t.efficiency, "pblock": t.blocks.prefill, "dblock": t.blocks.decode,
-            "to_set": t.blocks.to_set or 0,
-            "room": np.nan if dc.kv_room is None else _room_with_block(ctx, parse_topology(d), int(k), dc.kv_room,
-                                                                        t.blocks.to_set),
-            "p_dp": parse_topology(p).dp, "d_dp": parse_topology(d).dp,
-            "charged": pc.network_charged or dc.network_charged, "groups": _network_groups(pc, dc, ctx),
-            "psource": pc.source, "dsource": dc.source,
-            "modeled": pc.source.startswith("modeled") or dc.source.startswith("modeled"),
-        }
-        for name, value in values.items():
+        for name, value in _key_values(ctx, transfers, keyed, p, d, int(k), scope).items():
             per_key[name].append(value)
     col = {name: np.asarray(values)[codes] for name, values in per_key.items()}
     ttft = matched["ttft_ms_p50"].to_numpy(dtype=float)
@@ -548,11 +668,7 @@ def _finish(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[str, str
         decode_gpu=ctx.decode_gpu.name,
         replicas_in_budget=s.max_gpus // gpus_total,
     )
-    over_room = out["decode_concurrency"].to_numpy() > col["room"]  # NaN room (unknown) keeps the row
-    saturated = utilization > 1.0
-    counts["rows_over_kv_room_after_block_size"] += int(over_room.sum())
-    counts["rows_link_saturated"] += int((saturated & ~over_room).sum())
-    return out[~(over_room | saturated)]
+    return out
 
 
 def _room_with_block(ctx: _Context, topo: Topology, k: int, room: int, block: int | None) -> float:

@@ -24,6 +24,7 @@ from pdtune.limits import (
     MAX_MODEL_LEN,
     MAX_PARALLEL,
     MAX_SPECULATIVE_TOKENS,
+    MIN_MEASURE,
     bound,
 )
 
@@ -66,8 +67,8 @@ Row = dict[str, Any]
 
 
 def number(value: Any, source: str, field: str, *, required: bool = False, positive: bool = False) -> float | None:
-    """A finite, non-negative number from a file, at most :data:`~pdtune.limits.MAX_MEASURE`, or None when
-    absent; anything else is an InputError."""
+    """A finite, non-negative number from a file, 0 or from :data:`~pdtune.limits.MIN_MEASURE` to
+    :data:`~pdtune.limits.MAX_MEASURE`, or None when absent; anything else is an InputError."""
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
             raise InputError(source, field, "missing")
@@ -94,6 +95,9 @@ def number(value: Any, source: str, field: str, *, required: bool = False, posit
         raise InputError(source, field, f"must not be negative, got {value:g}")
     if value > MAX_MEASURE:
         raise InputError(source, field, f"{value:g} is more than the {MAX_MEASURE:g} pdtune accepts")
+    if 0 < value < MIN_MEASURE:
+        raise InputError(source, field, f"{value:g} is below the {MIN_MEASURE:g} pdtune accepts for a measured "
+                                        "quantity (0, or at least that)")
     if positive and value == 0:
         raise InputError(source, field, "must be positive, got 0")
     return value

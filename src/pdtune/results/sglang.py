@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pdtune.errors import InputError
 from pdtune.results.schema import Row, deployment_fields, number, text, whole
 from pdtune.results.vllm_bench import PerRequest, completed_and_concurrency, name_hints, workload_from_totals
 

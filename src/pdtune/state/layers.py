@@ -45,6 +45,16 @@ def state_dtype(spec: ModelSpec, name: str, source: str) -> int:
     return DTYPE_BYTES[key]
 
 
+def check_tensor_parallel(spec: ModelSpec, tp: int) -> None:
+    """The one TP rule every model meets, MLA and hybrids included: vLLM 0.33's
+    ``ModelConfig.verify_with_parallel_config`` (``config/model.py``) refuses a ``tensor_parallel_size`` that
+    does not divide ``total_num_attention_heads`` (``hf_text_config.num_attention_heads``, 0 when absent)
+    before any layer is built. DeepSeek-V3's 128 heads refuse TP3 as Llama's 64 do."""
+    if spec.total_attention_heads % tp:
+        raise InputError(spec.source, "num_attention_heads",
+                         f"{spec.total_attention_heads} heads do not divide over TP={tp} (vLLM requires it)")
+
+
 def _divides(spec: ModelSpec, field_name: str, value: int, tp: int) -> None:
     if value % tp:
         raise InputError(spec.source, field_name, f"{value} does not divide over TP={tp}")
@@ -118,7 +128,11 @@ def recurrent_page(spec: ModelSpec, kind: LayerKind, sem: Semantics, tp: int, nu
         m = spec.mamba
         assert m is not None
         _divides(spec, "mamba_num_heads" if spec.model_type == "nemotron_h" else "mamba_n_heads", m.num_heads, tp)
-        # Groups that do not divide over TP are replicated up to one per rank (extra_groups_for_head_shards).
+        # Groups that do not divide over TP are replicated up to one per rank (extra_groups_for_head_shards),
+        # which MambaMixer2 supports for a single group only (its assertion in layers/mamba/mamba_mixer2.py).
+        if m.n_groups % tp and m.n_groups != 1:
+            raise InputError(spec.source, "n_groups" if spec.model_type == "nemotron_h" else "mamba_n_groups",
+                             f"{m.n_groups} groups do not divide over TP={tp} (vLLM replicates a single group only)")
         n_groups = m.n_groups if m.n_groups % tp == 0 else m.n_groups + tp - m.n_groups
         conv_dim = m.intermediate_size + 2 * n_groups * m.state_size
         _divides(spec, "n_groups", conv_dim, tp)

@@ -25,7 +25,7 @@ from pdtune import limits, switches, versions
 from pdtune.errors import InputError
 from pdtune.model.spec import CacheLayer, LayerKind, ModelSpec
 from pdtune.state.dtypes import KVDtype, kv_dtype
-from pdtune.state.layers import Slot, attention_page, draft_layers, recurrent_page, target_layers
+from pdtune.state.layers import Slot, attention_page, check_tensor_parallel, draft_layers, recurrent_page, target_layers
 from pdtune.state.kvcache import KVCacheGroup, Speculation, StatePlan
 from pdtune.state.semantics import MambaCacheMode, Semantics
 from pdtune.state.specs import AttentionPage, MLAPage, PageSpec, RecurrentPage, RequestShape
@@ -109,6 +109,7 @@ def plan_state(
         raise InputError("--num-speculative-tokens", "num_speculative_tokens", "must not be negative")
     limits.bound(num_speculative_tokens, limits.MAX_SPECULATIVE_TOKENS, "--num-speculative-tokens",
                  "num_speculative_tokens")
+    check_tensor_parallel(spec, tp)
     dcp = decode_context_parallel_size
     if tp % dcp:  # ParallelConfig: DCP reuses the TP ranks
         raise InputError("--decode-context-parallel-size", "decode_context_parallel_size",

@@ -13,7 +13,7 @@ from pdtune import guarded, versions
 from pdtune.errors import InputError
 from pdtune.memory import Waterfall
 from pdtune.vllm_log.patterns import RULES
-from pdtune.vllm_log.records import MAIN, EngineConfig, KvCacheReport, WorkerLog
+from pdtune.vllm_log.records import MAIN, EngineConfig, WorkerLog, kv_reports
 
 #: vLLM 0.11's default ``--gpu-memory-utilization`` (``CacheConfig.gpu_memory_utilization``; 0.92 from 0.20: the
 #: table of switches, :func:`default_gpu_memory_utilization`), used only when the log's non-default-args line
@@ -220,6 +220,10 @@ def short_version(version: str | None) -> str | None:
     return f"{hit.group(1)}.{hit.group(2)}" if hit else None
 
 
+#: Record fields never shared between records: unique to one record, or growing with it.
+_UNSHARED = frozenset({"first_line", "lines", "pid", "kv_runs", "kv_open"})
+
+
 class _Builder:
     def __init__(self) -> None:
         self.records: dict[tuple[str, int | None], dict[str, Any]] = {}
@@ -247,15 +251,20 @@ class _Builder:
         return key in self.records or key in self.stored
 
     def _compact(self, rec: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-        """A finished process's record as (key tuple, values), each part shared with every equal one seen before:
-        a crash loop logs the same figures at every restart, so it costs little more than its pids."""
+        """A finished process's record as (key tuple, values), its figures shared with every equal one seen
+        before: a crash loop logs the same figures at every restart, so it costs little more than its pids.
+        Only values of bounded size are shared (a figure, a config, one KV report), never what grows with the
+        record (its line count, its runs of reports): the shared table must not grow with how often a pid
+        comes back."""
         values = dict(rec)
         values["config"] = tuple(sorted(rec["config"].items()))
-        if "kv_reports" in rec:
-            values["kv_reports"] = tuple(tuple(r.items()) for r in rec["kv_reports"])
+        if "kv_runs" in rec:
+            values["kv_runs"] = tuple((self._share(key), count) for key, count in rec["kv_runs"])
+        if rec.get("kv_open") is not None:
+            values["kv_open"] = tuple(rec["kv_open"].items())
         names = tuple(values)
         names = self._shared.setdefault(names, names)
-        return names, tuple(self._share(v) for v in values.values())
+        return names, tuple(v if k in _UNSHARED else self._share(v) for k, v in values.items())
 
     def _share(self, value: Any) -> Any:
         try:
@@ -267,8 +276,10 @@ class _Builder:
     def _expand(stored: tuple[tuple[str, ...], tuple[Any, ...]]) -> dict[str, Any]:
         rec = dict(zip(*stored, strict=True))
         rec["config"] = dict(rec["config"])
-        if "kv_reports" in rec:
-            rec["kv_reports"] = [dict(r) for r in rec["kv_reports"]]
+        if "kv_runs" in rec:
+            rec["kv_runs"] = [[key, count] for key, count in rec["kv_runs"]]
+        if "kv_open" in rec:
+            rec["kv_open"] = dict(rec["kv_open"])
         return rec
 
     def feed(self, lines: Iterable[str]) -> None:
@@ -313,12 +324,9 @@ class _Builder:
             live = self.records.pop(key, None)
             rec = live if live is not None else self._expand(self.stored.pop(key))
             name = rec["process"] if per_name[rec["process"]] == 1 else f"{rec['process']} pid={rec['pid']}"
-            skip = ("process", "pid", "first_line", "config", "lines", "kv_reports")
+            skip = ("process", "pid", "first_line", "config", "lines", "kv_runs", "kv_open")
             values = {k: v for k, v in rec.items() if k not in skip}
-            values["kv_cache_reports"] = tuple(
-                KvCacheReport(r.get("tokens"), r.get("max_concurrency"), r.get("max_model_len"), r.get("device"))
-                for r in rec.get("kv_reports", [])
-            )
+            values["kv_cache_reports"] = kv_reports(rec)
             key = tuple(sorted(rec["config"].items()))
             config = configs.get(key)
             if config is None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pdtune.units import from_gib
-from pdtune.vllm_log.records import CudaGraphGroup
+from pdtune.vllm_log.records import CudaGraphGroup, open_kv_report
 
 #: A number as vLLM prints it (thousands commas, decimals, exponent); bounded so no search backtracks far, and
 #: never starting inside another number (``0.21410000044852495 GiB`` is not ``21410000044852495 GiB``). Python
@@ -111,7 +111,7 @@ def _kv_size(rec: dict[str, Any], m: re.Match[str]) -> None:
     report: dict[str, Any] = {"tokens": _int(m["tokens"]), "device": device[1] if device else None}
     if m["conc"] is not None:
         report["max_model_len"], report["max_concurrency"] = _int(m["len"]), _num(m["conc"])
-    rec.setdefault("kv_reports", []).append(report)
+    open_kv_report(rec, report)
 
 
 _DEVICE = re.compile(r"([A-Za-z][\w+]*(?: [\w+]+)*) ")
@@ -120,10 +120,8 @@ _DEVICE = re.compile(r"([A-Za-z][\w+]*(?: [\w+]+)*) ")
 @_rule("Maximum concurrency for",
        rf"^Maximum concurrency for (?P<len>{_N}) tokens per request: (?P<conc>{_N})x")
 def _max_concurrency(rec: dict[str, Any], m: re.Match[str]) -> None:
-    reports = rec.setdefault("kv_reports", [])
-    if not reports or "max_concurrency" in reports[-1]:
-        reports.append({"tokens": None, "device": None})
-    reports[-1]["max_model_len"], reports[-1]["max_concurrency"] = _int(m["len"]), _num(m["conc"])
+    report = open_kv_report(rec)
+    report["max_model_len"], report["max_concurrency"] = _int(m["len"]), _num(m["conc"])
 
 
 @_rule("Graph capturing finished", rf"Graph capturing finished in (?P<sec>{_N}) secs?, took (?P<gib>{_N}) GiB")

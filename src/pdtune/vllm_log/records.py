@@ -31,6 +31,48 @@ class KvCacheReport:
     device: str | None = None
 
 
+def open_kv_report(rec: dict[str, Any], report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report a ``KV cache size`` or ``Maximum concurrency`` line fills, in a record under construction.
+
+    ``report`` starts a new one (a size line); without it, the one still open is returned when it lacks its
+    concurrency, else a new empty one (a concurrency line on its own). Reports are kept as runs of equal
+    ones with a count (``kv_runs``) plus the open one (``kv_open``): a process that logs the same report again
+    and again (a crash loop whose restarts reuse its pid) costs one run, not one report per restart.
+    """
+    current = rec.get("kv_open")
+    if report is None:
+        if current is not None and "max_concurrency" not in current:
+            return current
+        report = {"tokens": None, "device": None}
+    _close_kv_report(rec)
+    rec["kv_open"] = report
+    return report
+
+
+def _close_kv_report(rec: dict[str, Any]) -> None:
+    current = rec.pop("kv_open", None)
+    if current is None:
+        return
+    key = tuple(sorted(current.items()))
+    runs = rec.setdefault("kv_runs", [])
+    if runs and runs[-1][0] == key:
+        runs[-1][1] += 1
+    else:
+        runs.append([key, 1])
+
+
+def kv_reports(rec: dict[str, Any]) -> tuple[KvCacheReport, ...]:
+    """A record's reports in the order logged (equal reports share one object)."""
+    runs = list(rec.get("kv_runs", ()))
+    if rec.get("kv_open") is not None:
+        runs.append((tuple(sorted(rec["kv_open"].items())), 1))
+    out: list[KvCacheReport] = []
+    for key, count in runs:
+        r = dict(key)
+        out += [KvCacheReport(r.get("tokens"), r.get("max_concurrency"), r.get("max_model_len"), r.get("device"))] * count
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What the banner, the non-default-args line and the version lines say about the engine."""

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from pdtune.guarded import read_yaml
+from pdtune.io import write_text
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME, resolve_entry, toc_entries
 from pdtune.site.bookexec import kernel_env
@@ -86,7 +87,7 @@ def build_html(folder: Path, chapters: Sequence[Chapter], results: Sequence[Chap
         if not built or warnings or done.returncode != 0:
             log_name = HTML_LOG
             # plain text, with paths as they are in the book rather than in a folder that is gone
-            (folder / HTML_LOG).write_text(output.replace(f"{src}{os.sep}", ""), encoding="utf-8")
+            write_text(folder / HTML_LOG, output.replace(f"{src}{os.sep}", ""))
         if built:
             os.replace(build / "_build" / "html", folder / HTML_DIR)
         message = "" if built else (done.stderr.strip().splitlines() or ["jupyter-book build failed"])[-1]
@@ -134,22 +135,21 @@ def _assemble_book(src: Path, config: dict[str, Any], static_paths: list[str], c
         if result.notebook:
             target = src / chapter.folder / chapter.notebook
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(_fold_parameters(folder / result.notebook), encoding="utf-8")
-    (src / f"{SUMMARY_PAGE}.md").write_text(
-        f"({SUMMARY_PAGE})=\n" + to_markdown(
-            summary, [r.to_dict() for r in results],
-            link=lambda name: f"{{doc}}`{name} </{CHAPTER_DIR}/{Path(name).stem}>`"),
-        encoding="utf-8")
+            write_text(target, _fold_parameters(folder / result.notebook))
+    write_text(src / f"{SUMMARY_PAGE}.md",
+               f"({SUMMARY_PAGE})=\n" + to_markdown(
+                   summary, [r.to_dict() for r in results],
+                   link=lambda name: f"{{doc}}`{name} </{CHAPTER_DIR}/{Path(name).stem}>`"))
     toc = read_yaml(book_root / TOC_NAME, TOC_NAME)
     present = {c.entry: f"{c.folder}/{c.name}" for c in chapters if by_number[c.number].notebook}
     toc = _rewrite_toc(toc, present, set(chapter_entries))
     _insert_summary(toc)
-    (src / TOC_NAME).write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
+    write_text(src / TOC_NAME, yaml.safe_dump(toc, sort_keys=False))
     config = json.loads(json.dumps(config))  # a deep copy
     config["title"] = f"{summary['title']} (pdtune workbook)"
     config.setdefault("execute", {})["execute_notebooks"] = "off"
     config["only_build_toc_files"] = True
-    (src / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    write_text(src / "_config.yml", yaml.safe_dump(config, sort_keys=False))
 
 
 #: Cells whose input the mini-book folds: the chapter's defaults and the values papermill injected. The summary

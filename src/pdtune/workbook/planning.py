@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdtune.errors import InputError
+from pdtune.io import write_failure, write_text
 from pdtune.scenario import PlanParameters, Scenario
 
 if TYPE_CHECKING:  # the search (pdtune.plan, pdtune.perfmodel, scipy) is imported where it runs
@@ -176,7 +177,10 @@ def write_plan(folder: Path, result: WorkbookPlan, *, recipes: bool) -> dict[str
     import copy
     import json
 
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_failure(folder, "--out", exc) from None
     data = copy.deepcopy(result.data)
     summary = copy.deepcopy(result.summary)
     written: list[str] = []
@@ -186,7 +190,7 @@ def write_plan(folder: Path, result: WorkbookPlan, *, recipes: bool) -> dict[str
         paths = write_recipes(data, list(result.pick_rows), folder / RECIPES_DIR, source=folder / PLAN_JSON)
         written = [f"{PLAN_DIR}/{RECIPES_DIR}/{Path(p).name}" for p in paths]
         data["recipes"] = written
-    (folder / PLAN_JSON).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text(folder / PLAN_JSON, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     summary["recipes"] = written
     for pick in summary["picks"]:
         if pick["met"]:

@@ -37,7 +37,7 @@ from pdtune.frontier import (
     winner_runs,
 )
 from pdtune.gpus import load_gpu
-from pdtune.io import plain
+from pdtune.io import plain, write_text
 from pdtune.model import ModelSpec, load_model
 from pdtune.results import load_results, parse_gpus
 from pdtune.scenario import RESULT_KINDS, Scenario
@@ -540,6 +540,6 @@ def summary_record(numbers: KeyNumbers, params: Parameters, chapters: Sequence[d
 def write_summary(folder: Path, summary: dict[str, Any]) -> None:
     """``summary.json`` and ``summary.md`` into ``folder``."""
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
-    (folder / SUMMARY_JSON).write_text(text, encoding="utf-8")
-    (folder / SUMMARY_MD).write_text(
-        to_markdown(summary, summary["chapters"], link=lambda c: f"[{c}]({c})"), encoding="utf-8")
+    write_text(folder / SUMMARY_JSON, text)
+    write_text(folder / SUMMARY_MD,
+               to_markdown(summary, summary["chapters"], link=lambda c: f"[{c}]({c})"))

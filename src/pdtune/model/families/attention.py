@@ -41,7 +41,8 @@ def model_window(cfg: Config, family: str) -> int | None:
         return None
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise InputError(cfg.source, "sliding_window", f"must be a whole number of tokens, got {window!r}")
-    return window
+    # A window is a number of tokens: no longer than the longest context pdtune (or any model) has.
+    return limits.bound(window, limits.MAX_MODEL_LEN, cfg.source, "sliding_window", "tokens a window can span")
 
 
 def _default_layer_types(cfg: Config, family: str, n: int, window: int | None) -> list[str] | None:
@@ -96,12 +97,17 @@ def _moe_layers(cfg: Config, family: str, n: int, has_moe: bool) -> tuple[bool, 
     return (True,) * n
 
 
+#: Families whose vLLM decoder layer is a dense MLP when ``num_experts`` is 0 (``config.num_experts > 0`` in
+#: qwen2_moe.py / qwen3_moe.py, which Qwen3-VL-MoE reuses); every other family always builds its experts.
+_ZERO_EXPERTS_IS_DENSE = {"qwen2_moe", "qwen3_moe", "qwen3_vl_moe", "qwen3_vl_moe_text"}
+
+
 def _moe(cfg: Config, family: str) -> Any:
     if cfg.has("num_local_experts"):  # mixtral, minimax_m2, gpt-oss, phimoe: experts as wide as intermediate_size
         return moe_shape(cfg, experts_key="num_local_experts", expert_size_key="moe_intermediate_size")
     if family == "glm4_moe":
         return moe_shape(cfg, experts_key="n_routed_experts")
-    return moe_shape(cfg)
+    return moe_shape(cfg, dense_below=1 if family in _ZERO_EXPERTS_IS_DENSE else None)
 
 
 def dense(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:

@@ -28,12 +28,22 @@ def attention_shape(cfg: Config, *, output_gate: bool = False, sliding_window: i
 
 
 def moe_shape(cfg: Config, *, experts_key: str = "num_experts", expert_size_key: str = "moe_intermediate_size",
-              top_k_key: str = "num_experts_per_tok") -> MoEShape | None:
+              top_k_key: str = "num_experts_per_tok", dense_below: int | None = None) -> MoEShape | None:
+    """The routed experts, or None for a model without them.
+
+    ``dense_below``: an expert count below which the family's layers are dense MLPs, as its vLLM model tests
+    it (Qwen2/3-MoE and Qwen3-Next ``num_experts > 0``, Granite-4.0-H ``num_local_experts > 0``: 1; Jamba
+    ``num_experts > 1``: 2). Without it the family always builds its experts, so a count below 1 cannot load.
+    Every family routes each token to ``num_experts_per_tok`` of them: at least 1, at most the count.
+    """
     if not cfg.has(experts_key):
         return None
     experts = cfg.int(experts_key, minimum=0)
-    if experts == 0:
+    if dense_below is not None and experts < dense_below:
         return None
+    if experts < 1:
+        raise InputError(cfg.source, experts_key, f"{experts} experts: this family's MoE layers always route to "
+                                                  "experts (a dense model leaves the key out)")
     shared = 0
     if cfg.has("shared_expert_intermediate_size"):
         shared = cfg.int("shared_expert_intermediate_size", minimum=0)
@@ -44,9 +54,13 @@ def moe_shape(cfg: Config, *, experts_key: str = "num_experts", expert_size_key:
     elif cfg.has("shared_intermediate_size"):  # granitemoehybrid
         shared = cfg.int("shared_intermediate_size", minimum=0)
     top_k = top_k_key if cfg.has(top_k_key) else "num_experts_per_token"
+    per_token = cfg.int(top_k)
+    if per_token > experts:
+        raise InputError(cfg.source, top_k, f"{per_token} experts per token, but {experts_key} is {experts}: a token "
+                                            "cannot be routed to more experts than the model has")
     return MoEShape(
         num_experts=experts,
-        experts_per_token=cfg.int(top_k),
+        experts_per_token=per_token,
         expert_intermediate_size=cfg.int(expert_size_key) if cfg.has(expert_size_key) else cfg.int("intermediate_size"),
         shared_intermediate_size=shared,
         shared_expert_gate=shared > 0 and str(cfg.raw.get("model_type", "")).startswith("qwen"),

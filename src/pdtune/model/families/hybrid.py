@@ -48,7 +48,8 @@ def gdn(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
     )
     if shape.num_v_heads % shape.num_k_heads:
         raise InputError(cfg.source, "linear_num_value_heads", "must be a multiple of linear_num_key_heads")
-    moe = moe_shape(cfg)
+    # qwen3_next.py builds experts only when num_experts > 0; Qwen3.5-MoE always does (qwen3_5.py)
+    moe = moe_shape(cfg, dense_below=1 if family == "qwen3_next" else None)
     sparse_step = cfg.int("decoder_sparse_step", 1)
     mlp_only = cfg.layer_indices("mlp_only_layers", n)
     moe_layers = tuple(moe is not None and i not in mlp_only and (i + 1) % sparse_step == 0 for i in range(n))
@@ -79,14 +80,14 @@ def nemotron_h(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
     bad = sorted(set(pattern) - set(mapping))
     if bad:
         raise InputError(cfg.source, "hybrid_override_pattern", f"unknown layer symbol(s) {''.join(bad)!r}")
-    mamba = Mamba2Shape(
+    mamba = _grouped(cfg, Mamba2Shape(
         num_heads=cfg.int("mamba_num_heads"),
         head_dim=cfg.int("mamba_head_dim"),
         n_groups=cfg.int("n_groups"),
         state_size=cfg.int("ssm_state_size"),
         conv_kernel=cfg.int("conv_kernel"),
         chunk_size=cfg.int("chunk_size", cfg.raw.get("mamba_chunk_size", 2048)),
-    )
+    ), "mamba_num_heads", "n_groups")
     moe = moe_shape(cfg, experts_key="n_routed_experts") if "E" in pattern else None
     common = {**common, "extra": {**common["extra"], "pattern": pattern}}
     return ModelSpec(
@@ -112,7 +113,7 @@ def _mamba2_from_hf(cfg: Config, intermediate: int) -> Mamba2Shape:
         head = intermediate // heads
     else:
         head = limits.whole_number(head, cfg.source, "mamba_d_head", maximum=limits.MAX_WIDTH)
-    return Mamba2Shape(
+    return _grouped(cfg, Mamba2Shape(
         num_heads=heads,
         head_dim=head,
         n_groups=cfg.int("mamba_n_groups", 1),
@@ -120,7 +121,17 @@ def _mamba2_from_hf(cfg: Config, intermediate: int) -> Mamba2Shape:
         conv_kernel=cfg.int("mamba_d_conv", 4),
         chunk_size=cfg.int("mamba_chunk_size", 256),
         intermediate=intermediate,
-    )
+    ), "mamba_n_heads", "mamba_n_groups")
+
+
+def _grouped(cfg: Config, shape: Mamba2Shape, heads_key: str, groups_key: str) -> Mamba2Shape:
+    """Mamba2 shares B and C across the heads of a group: the groups split the heads evenly (vLLM 0.33
+    ``layers/mamba/mamba_mixer2.py``, ``MambaMixer2``: "n_heads % n_groups == 0" is the invariant its TP
+    sharding keeps)."""
+    if shape.num_heads % shape.n_groups:
+        raise InputError(cfg.source, groups_key, f"{shape.n_groups} groups do not split the {shape.num_heads} "
+                                                 f"heads ({heads_key}) evenly")
+    return shape
 
 
 def falcon_h1(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
@@ -156,7 +167,8 @@ def granite_hybrid(cfg: Config, common: dict[str, Any], family: str) -> ModelSpe
     kinds = cfg.layer_types(n, mapping) if cfg.has("layer_types") else (LayerKind.MAMBA2,) * n
     intermediate = cfg.int("mamba_expand", 2) * cfg.int("hidden_size")  # granitemoehybrid.py
     has_mamba = LayerKind.MAMBA2 in kinds
-    moe = moe_shape(cfg, experts_key="num_local_experts", expert_size_key="intermediate_size")
+    # granitemoehybrid.py: a MoE block only when num_local_experts > 0 (Granite-4.0-H-Micro is dense)
+    moe = moe_shape(cfg, experts_key="num_local_experts", expert_size_key="intermediate_size", dense_below=1)
     return ModelSpec(
         **common,
         layer_kinds=kinds,
@@ -178,7 +190,8 @@ def jamba(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
         raise InputError(cfg.source, "attn_layer_offset", f"{offset} must be smaller than attn_layer_period {period}")
     kinds = tuple(LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.MAMBA1 for i in range(n))
     e_period, e_offset = cfg.int("expert_layer_period", 2), cfg.int("expert_layer_offset", 1, minimum=0)
-    moe = moe_shape(cfg, expert_size_key="intermediate_size")
+    # jamba.py: a MoE block where the layer's experts number more than 1, a dense MLP otherwise
+    moe = moe_shape(cfg, expert_size_key="intermediate_size", dense_below=2)
     hidden = cfg.int("hidden_size")
     return ModelSpec(
         **common,
