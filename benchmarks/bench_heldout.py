@@ -37,7 +37,7 @@ from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.simulated import LATENCY_MODELS, SIMULATED, STEADY_STATE
-from pdtune.perfmodel.validation import _stats, select_rows, validate_rows
+from pdtune.perfmodel.validation import error_percentiles, select_rows, validate_rows
 from pdtune.results import load_results
 
 FOLDER = clusters_dir() / "inferencex-h200-isl-sweep"
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         part = table[table["scored_by"] == model]
         for name, frame in [*part.groupby("deployment", sort=False), ("all", part)]:
             done = frame[frame["predicted"]]
-            (tm, tp), (pm, pp) = _stats(done["ttft_ms_p50_error"]), _stats(done["tpot_ms_p50_error"])
+            (tm, tp), (pm, pp) = error_percentiles(done["ttft_ms_p50_error"]), error_percentiles(done["tpot_ms_p50_error"])
             fast = f"{(done['ttft_ms_p50_error'] < 0).mean() * 100:5.0f} %" if len(done) else "    -"
             print(f"{name:<24} {model:<13} {len(frame):>5} {len(done):>5}   {_f(tm)}    {_f(tp)}   {_f(pm)}    "
                   f"{_f(pp)}  {fast}")
