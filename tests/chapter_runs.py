@@ -158,10 +158,27 @@ def book_run(html: Path) -> ChapterRun:
     notebooks, seconds = {}, {}
     for record in cache.list_cache_records():
         name = Path(record.uri).stem
-        notebooks[name] = cache.get_cache_bundle(record.pk).nb
+        notebooks[name] = _with_prose(Path(record.uri), cache.get_cache_bundle(record.pk).nb)
         seconds[name] = float(record.data["execution_seconds"])
     return ChapterRun("article", load_parameters(PARAMS / "article.yaml").resolved, notebooks, seconds,
                       html=html)
+
+
+def _with_prose(source: Path, cached: Any) -> Any:
+    """The executed chapter whole: jupyter-cache keeps the code cells only, so the page's Markdown cells come
+    from its source, each code cell taking the outputs of its cached twin (in order)."""
+    import jupytext
+
+    if any(c.cell_type == "markdown" for c in cached.cells) or not source.is_file():
+        return cached
+    notebook = jupytext.read(source)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    ran = [c for c in cached.cells if c.cell_type == "code"]
+    assert len(code) == len(ran), f"{source.name}: {len(ran)} cached code cells for {len(code)} in the page"
+    for cell, twin in zip(code, ran, strict=True):
+        cell.outputs, cell.execution_count = twin.outputs, twin.get("execution_count")
+    notebook.metadata.update(cached.metadata)
+    return notebook
 
 
 def workbook_run(name: str, out: Path) -> ChapterRun:

@@ -157,8 +157,6 @@ LENGTH_PENDING: dict[str, str] = {
     "notebooks/05_prefill.html": "bookiso (issue 21)",
     "notebooks/06_decode.html": "bookiso (issue 21)",
     "notebooks/07_frontier.html": "bookiso (issue 21)",
-    "notebooks/08_trust.html": "reworked after issue 21",
-    "notebooks/09_plan.html": "reworked after issue 21",
 }
 
 

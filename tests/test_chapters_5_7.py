@@ -274,7 +274,7 @@ def test_chapter_runs_for_every_parameter_set(chapter: str, params: str, runs: R
     scenario = Scenario.from_mapping({k: v for k, v in values.items()})
     kind = {"05_prefill": "prefill", "06_decode": "decode"}.get(chapter)
     if kind and not getattr(scenario, f"{kind}_results"):
-        assert f"no {kind}-only sweep (`{kind}_results` is empty)" in text
+        assert f"no {kind}-only sweep (its {kind}_results list is empty)" in text
     if chapter == "07_frontier_rate" and (not scenario.prefill_results or not scenario.decode_results):
         assert "rate matching has nothing to combine" in text
     if params == "defaults":
@@ -316,7 +316,7 @@ ARTICLE_RUN = {
 def test_the_slider_and_the_legend_work_in_the_built_page(built_book: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    from test_browser import CHROMIUM, LAUNCH_ARGS, RENDER_TIMEOUT_MS, _CHARTS_DRAWN, serve
+    from pdtune.site.pagecheck import CHARTS_DRAWN, CHROMIUM, LAUNCH_ARGS, RENDER_TIMEOUT_MS, serve
 
     def label(page) -> str:
         return page.eval_on_selector("#pdtune-frontier-sla", """e => [...e.querySelectorAll('text')]
@@ -327,7 +327,7 @@ def test_the_slider_and_the_legend_work_in_the_built_page(built_book: Path) -> N
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(base + "notebooks/07_frontier.html", wait_until="load")
-            page.wait_for_function(_CHARTS_DRAWN, timeout=RENDER_TIMEOUT_MS)
+            page.wait_for_function(CHARTS_DRAWN, timeout=RENDER_TIMEOUT_MS)
             assert "→ 1xTP2DP4+EP : 1xTP4DP4+EP, concurrency 32" in label(page)
             slider = page.locator("#pdtune-frontier-sla input[type=range]")
             slider.evaluate("s => { s.value = 100; s.dispatchEvent(new Event('input', {bubbles: true})); }")

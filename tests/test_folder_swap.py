@@ -227,6 +227,10 @@ def test_sigterm_to_a_writing_command_leaves_the_output_whole_or_absent(command:
         time.sleep(took * fraction)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
-        assert proc.returncode in (0, 128 + signal.SIGTERM), err
-        assert tree(out) in (previous, whole), f"half-written after SIGTERM at {fraction:.0%} of the run"
+        found = tree(out)
+        assert found in (previous, whole), f"half-written after SIGTERM at {fraction:.0%} of the run"
+        # 143: the command caught it and undid its work; a signal that lands once the output is swapped in,
+        # as the interpreter exits, takes the default action (-15) with the whole output in place
+        finished = proc.returncode == -signal.SIGTERM and found == whole
+        assert proc.returncode in (0, 128 + signal.SIGTERM) or finished, err
         assert hidden(tmp_path) == [], f"left beside the output after SIGTERM at {fraction:.0%} of the run"

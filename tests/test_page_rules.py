@@ -3,7 +3,8 @@
 A page writes a core rule as a few lines of plain Python (``notebooks/README.md``, "A chapter is a lesson"),
 so a reader sees the formula as code; the chapter's numbers still come from ``pdtune``. Here each page
 function (read back by :mod:`pagecode`, run alone) is called beside the package on the same inputs drawn by
-hypothesis, and the two must agree exactly. The package side goes through the public path the chapters use
+hypothesis (or read from the shipped scorecard's rows), and the two must agree exactly (chapter 8's
+percentiles to 12 significant digits: :func:`_percentiles` says why). The package side goes through the public path the chapters use
 (``plan_state`` on a model built from a config, a ``Waterfall``, ``capture_sizes`` ...), so the page cannot
 drift from vLLM's arithmetic as ``pdtune`` follows it.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import pytest
@@ -24,9 +26,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagecode import defined_names, page_functions, pages
+from pdtune.chapters import trust as ch8
+from pdtune.frontier.ratios import count_pairs
 from pdtune.memory import (Waterfall, capture_sizes, cudagraph_estimate, cudagraph_plan, max_utilization,
                            weights_per_gpu)
 from pdtune.model import ModelSpec, load_model
+from pdtune.perfmodel.heldout import fold_of
 from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.model.load import spec_from_config
 from pdtune.state import plan_state
@@ -150,6 +155,94 @@ def _page(page: str) -> dict[str, Callable[..., Any]]:
     return page_functions(page)
 
 
+# --- chapters 8 and 9: the scorecard's rows, a plan's budget, links and recipes ------------------------------
+
+
+@cache
+def _scored_rows() -> Any:
+    """Every scored row of the shipped scorecard (data/perfmodel/validation/): prediction, measurement, error."""
+    return ch8.scorecard().rows
+
+
+def _error_case(i: int) -> dict[str, Any]:
+    """Row ``i`` (modulo) of the scorecard with one of its predictions: uncalibrated or held-out calibrated."""
+    rows = _scored_rows()
+    kinds = [(k, m) for k in ("lomo", "calibrated") for m in ("tpot_ms_p50", "ttft_ms_p50")]
+    kind, metric = kinds[i % len(kinds)]
+    scored = rows[rows[f"{kind}_{metric}"].notna()]
+    r = scored.iloc[(i // len(kinds)) % len(scored)]
+    return {"predicted": float(r[f"{kind}_{metric}"]), "measured": float(r[f"measured_{metric}"]),
+            "error": float(r[f"{kind}_{metric}_error"])}
+
+
+def _pair_case(i: int) -> dict[str, Any]:
+    """One model x GPU of the scorecard, its deployments and one fold (the scorecard's own split)."""
+    rows = _scored_rows()
+    pairs = sorted(rows.groupby(["model_key", "gpu_name"]).groups)
+    frame = rows[(rows["model_key"] == pairs[i % len(pairs)][0]) & (rows["gpu_name"] == pairs[i % len(pairs)][1])]
+    fold = (i // len(pairs)) % 4
+    return {"deployments": sorted(set(frame["deployment"])), "fold": fold,
+            "split": (sorted(set(frame.loc[frame["fold"] != fold, "deployment"])),
+                      sorted(set(frame.loc[frame["fold"] == fold, "deployment"])))}
+
+
+budget_cases = st.fixed_dictionaries({"gp": st.sampled_from([1, 2, 4, 8, 16]), "gd": st.sampled_from([1, 2, 4, 8, 16]),
+                                      "budget": st.integers(2, 96)}).filter(lambda c: c["gp"] + c["gd"] <= c["budget"])
+link_cases = st.fixed_dictionaries({"gpu": st.sampled_from(["gb300", "gb200", "b200", "b300", "h200", "h100"]),
+                                    "scope": st.sampled_from(["nvlink", "scale_out"]),
+                                    "bytes": st.integers(0, 64 * _GiB)})
+share_cases = st.fixed_dictionaries({"prefill": st.floats(1e-3, 1e6), "kv": st.floats(0, 1e4)})
+seqs_cases = st.fixed_dictionaries({
+    "role": st.sampled_from(["decode", "aggregated"]),
+    "topology": st.sampled_from(["TP4", "TEP8", "TP2DP4+EP", "TP4DP8+EP", "DP16+EP", "TP16DP2+EP", "TP1PP6+EP"]),
+    "requests": st.integers(0, 20_000)})
+
+
+def _link_ms(c: dict[str, Any]) -> float:
+    from pdtune.transfer import load_link
+
+    return 1000 * load_link(c["gpu"], c["scope"]).seconds(c["bytes"])
+
+
+def _recipe_seqs(c: dict[str, Any]) -> int:
+    """``--max-num-seqs`` of a recipe's decode or aggregated engine (pdtune.recipe, as row_engines builds it)."""
+    from pdtune.recipe import _engine
+
+    settings = {"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8"}
+    engine = _engine(c["role"], c["topology"], 0, c["requests"], settings, max_model_len=9216 + 16,
+                     block_size=None, kv_transfer=c["role"] == "decode")
+    return engine.max_num_seqs
+
+
+def _link_args(c: dict[str, Any]) -> tuple[int, float, float]:
+    from pdtune.transfer import load_link
+
+    link = load_link(c["gpu"], c["scope"])
+    return c["bytes"], link.bandwidth, link.latency_s
+
+
+def _dp(topology: str) -> int:
+    from pdtune.topology import parse_topology
+
+    return parse_topology(topology).dp
+
+
+def _share(c: dict[str, Any]) -> float:
+    from pdtune.chapters import plan as ch9
+
+    return ch9.share_numbers({"nvlink-ms": c["kv"], "nic-ms": c["kv"]},
+                             {"prefill_ttft_ms": c["prefill"], "deployment": "d"})["nvlink-share"]
+
+
+def _percentiles(errors: list[float]) -> Any:
+    """The package's median and p90 |error| (%), to 12 significant digits: numpy interpolates between the same
+    two sorted values as the page, but from the upper one when the fraction is past one half, which can move
+    the last bit."""
+    from pdtune.perfmodel.validation import error_percentiles
+
+    return pytest.approx(error_percentiles(errors), rel=1e-12, abs=1e-12)
+
+
 RULES: list[PageRule] = [
     # chapter 1: a dense model (notebooks/01_state.md)
     PageRule("01_state", "kv_bytes_per_token", dense_cases,
@@ -208,6 +301,29 @@ RULES: list[PageRule] = [
              lambda f, c: f(c["kv_heads"], c["tp"]),
              lambda c: _dense_plan(c, tp=c["tp"]).per_layer_bytes()["attention_per_token"]
              // (2 * c["head_dim"] * c["dtype_bytes"])),
+    # chapter 8: one prediction's error (notebooks/08_trust.md), on every scored row of the shipped scorecard
+    PageRule("08_trust", "relative_error", st.integers(0, 10**6).map(_error_case),
+             lambda f, c: f(c["predicted"], c["measured"]), lambda c: c["error"]),
+    PageRule("08_trust", "median_and_p90",
+             st.fixed_dictionaries({"errors": st.lists(st.floats(-0.999, 20.0), min_size=1, max_size=80)}),
+             lambda f, c: f(c["errors"]), lambda c: _percentiles(c["errors"])),
+    # chapter 8: the regimes (notebooks/08_trust_regimes.md) and the held-out folds (08_trust_calibration.md)
+    PageRule("08_trust_regimes", "concurrency_band", st.fixed_dictionaries({"c": st.integers(1, 100_000)}),
+             lambda f, c: f(c["c"]), lambda c: ch8.concurrency_band(c["c"])),
+    PageRule("08_trust_calibration", "fold_of",
+             st.fixed_dictionaries({"key": st.text(max_size=80), "folds": st.integers(1, 8)}),
+             lambda f, c: f(c["key"], c["folds"]),
+             lambda c: fold_of(c["key"], c["folds"])),
+    PageRule("08_trust_calibration", "held_out", st.integers(0, 10**6).map(_pair_case),
+             lambda f, c: f(c["deployments"], c["fold"]), lambda c: c["split"]),
+    # chapter 9: the budget (notebooks/09_plan.md), the transfer (09_plan_transfer.md), the recipe (09_plan_launch.md)
+    # the plan counts every (x, y) within the budget without building them (pdtune.frontier.ratios.count_pairs)
+    PageRule("09_plan", "engine_counts", budget_cases,
+             lambda f, c: len(f(c["gp"], c["gd"], c["budget"])), lambda c: count_pairs(c["gp"], c["gd"], c["budget"])),
+    PageRule("09_plan_transfer", "transfer_ms", link_cases, lambda f, c: f(*_link_args(c)), _link_ms),
+    PageRule("09_plan_transfer", "ttft_share", share_cases, lambda f, c: f(c["prefill"], c["kv"]), _share),
+    PageRule("09_plan_launch", "max_num_seqs", seqs_cases,
+             lambda f, c: f(c["requests"], _dp(c["topology"])), _recipe_seqs),
 ]
 
 #: Functions a page defines that are not rules (an explorer's callback, say), with why.
@@ -220,8 +336,6 @@ NOT_RULES: dict[tuple[str, str], str] = {
 RULES_PENDING: dict[str, str] = {
     "07_frontier_rate": "applies 07_frontier's rate_match and upper_envelope to the scenario's sweeps",
     "07_frontier_measured": "reads measured frontiers with 07_frontier's upper_envelope",
-    "08_trust": "reworked after issue 21",
-    "09_plan": "reworked after issue 21",
 }
 
 

@@ -37,8 +37,9 @@ from pdtune.model import LayerKind, load_model
 from pdtune.paths import article_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Every page of chapters 1-4 (section pages included), and chapters 8 and 9.
-CHAPTERS = tuple(p.stem for p in sorted((ROOT / "notebooks").glob("0[1-4]_*.md"))) + ("08_trust", "09_plan")
+#: Every page of chapters 1-4 and 8-9 (section pages included).
+CHAPTERS = tuple(p.stem for p in sorted((ROOT / "notebooks").glob("0[1-4]_*.md"))) + (
+    "08_trust", "08_trust_regimes", "08_trust_calibration", "09_plan", "09_plan_transfer", "09_plan_launch")
 
 #: Small integers that count or name things ("1 + K", "0 turns MTP off", "2 KiB" is published separately).
 STRUCTURAL = {"0", "1", "2"}
@@ -66,7 +67,11 @@ EXERCISE_INPUTS: dict[str, set[str]] = {
     "04_concurrency": set(),
     "04_concurrency_layouts": set(),
     "08_trust": set(),
+    "08_trust_regimes": set(),
+    "08_trust_calibration": set(),
     "09_plan": set(),
+    "09_plan_transfer": set(),
+    "09_plan_launch": set(),
 }
 
 #: The plain dense models chapters 1-4 work by hand first (pdtune.chapters.state.DENSE_MODELS): the fields of

@@ -360,15 +360,28 @@ def _mnnvl_environment(gpu: dict[str, Any]) -> dict[str, str] | None:
     return None
 
 
+def engine_loads(row: dict[str, Any]) -> dict[str, int]:
+    """Requests in flight on one engine of each role of a plan row, at the heaviest point of its predicted curve
+    (the load :func:`_engine` sizes ``--max-num-seqs`` for): prefill and decode, or aggregated."""
+    if row.get("mode") == "agg":
+        return {"aggregated": int(row.get("curve_server_concurrency_max") or row["server_concurrency"])}
+    return {"prefill": int(row.get("curve_prefill_concurrency_max") or row["prefill_concurrency"]),
+            "decode": int(row.get("curve_decode_concurrency_max") or row["decode_concurrency"])}
+
+
+def row_engines(plan: dict[str, Any], row: dict[str, Any]) -> tuple[Engine, ...]:
+    """The engines a recipe of ``row`` starts, one per role: prefill and decode, or the aggregated server."""
+    return (_agg_engine(plan, row),) if row.get("mode") == "agg" else _disagg_engines(plan, row)
+
+
 def _disagg_engines(plan: dict[str, Any], row: dict[str, Any]) -> tuple[Engine, Engine]:
     s = plan["settings"]
     max_model_len = s["isl"] + s["osl"] + MODEL_LEN_HEADROOM
     block = row.get("block_size_to_set")
-    prefill = _engine("prefill", row["prefill_topology"], 0,
-                      int(row.get("curve_prefill_concurrency_max") or row["prefill_concurrency"]), s,
+    loads = engine_loads(row)
+    prefill = _engine("prefill", row["prefill_topology"], 0, loads["prefill"], s,
                       max_model_len=max_model_len, block_size=block, kv_transfer=True)
-    decode = _engine("decode", row["decode_topology"], int(row["mtp_tokens"]),
-                     int(row.get("curve_decode_concurrency_max") or row["decode_concurrency"]), s,
+    decode = _engine("decode", row["decode_topology"], int(row["mtp_tokens"]), loads["decode"], s,
                      max_model_len=max_model_len, block_size=block, kv_transfer=True)
     return prefill, decode
 
@@ -456,7 +469,7 @@ def _disagg_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str
 
 def _agg_engine(plan: dict[str, Any], row: dict[str, Any]) -> Engine:
     s = plan["settings"]
-    load = int(row.get("curve_server_concurrency_max") or row["server_concurrency"])
+    load = engine_loads({**row, "mode": "agg"})["aggregated"]
     return _engine("aggregated", row["topology"], 0, load, s, max_model_len=s["isl"] + s["osl"] + MODEL_LEN_HEADROOM,
                    block_size=None, kv_transfer=False)
 

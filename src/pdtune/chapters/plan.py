@@ -16,13 +16,17 @@ from pdtune import article
 from pdtune.errors import InputError
 from pdtune.frontier import sla_pick, upper_envelope
 from pdtune.plan import Plan, Sla, comparison_sentence, picks_sentence
-from pdtune.recipe import row_recipes, serve_script
+from pdtune.recipe import engine_loads, row_engines, row_recipes, serve_script
 from pdtune.transfer import NVLINK, SCALE_OUT, link_table, load_link
 from pdtune.units import MiB
 from pdtune.workbook.planning import Planned, plan_settings, plan_slas, timed_plan
 
 #: The article's GPU (a GB300 NVL72 rack), whose NVLink the worked number uses.
 ARTICLE_GPU = "gb300"
+#: The plain dense model the chapter plans first (bf16 weights, no MTP layer), and its GPU budget: two 8-GPU
+#: nodes, enough for every layout of a 70B model on any bundled GPU.
+DENSE_MODEL = "llama-3.1-70b"
+DENSE_BUDGET = 16
 
 __all__ = ["plan_settings", "plan_slas", "timed_plan"]
 
@@ -119,12 +123,61 @@ def ends_sentence(p: Plan) -> str:
     return text + "."
 
 
+def dense_plan(common: dict[str, Any]) -> Planned:
+    """The chapter's dense example: :data:`DENSE_MODEL` on :data:`DENSE_BUDGET` GPUs of the scenario's GPU, at
+    the scenario's workload and SLAs (its layouts and draft model are the scenario model's, so they are left
+    out; the default factors, no MTP)."""
+    plan = {k: v for k, v in dict(common.get("plan") or {}).items()
+            if k in ("min_tps_per_user", "max_ttft_ms", "max_tpot_ms_p90")}
+    kwargs = {**common, "model": DENSE_MODEL, "weights": "", "num_speculative_tokens": 0,
+              "speculative_model": "", "decode_context_parallel_size": 1, "calibration": "", "plan": plan}
+    return timed_plan(plan_settings(**kwargs, max_gpus=DENSE_BUDGET), plan_slas(plan))
+
+
+def best_disaggregated(p: Plan) -> dict[str, Any]:
+    """The disaggregated row of the plan's table with the most tokens/s per GPU, with the GPUs of one engine of
+    each side (``gpus_per_prefill``, ``gpus_per_decode``)."""
+    dis = p.table[p.table["mode"] == "disagg"].sort_values("tps_per_gpu", ascending=False, kind="stable")
+    r = p.row(int(dis["row"].iloc[0]))
+    return {**r, "gpus_per_prefill": int(r["gpus_prefill"]) // int(r["n_prefill_workers"]),
+            "gpus_per_decode": int(r["gpus_decode"]) // int(r["n_decode_workers"])}
+
+
+def picks_numbers(p: Plan) -> dict[str, Any]:
+    """The lowest and the highest floor's picks (met or closest): tokens/s per GPU, and the share of the first
+    the second keeps (what the picks' takeaway says)."""
+    frame = picks_frame(p)
+    low, high = frame.iloc[0], frame.iloc[-1]
+    return {"low-sla": low["sla"], "high-sla": high["sla"], "low-tps": float(low["tps_per_gpu"]),
+            "high-tps": float(high["tps_per_gpu"]), "kept": float(high["tps_per_gpu"] / low["tps_per_gpu"])}
+
+
 # --- the KV transfer -------------------------------------------------------------------------------------
 
 
 def article_request_bytes() -> int:
     """The article's state per request (its 759 MiB), computed by :mod:`pdtune.state` as chapter 1 does."""
     return article.article_plan().bytes_per_request
+
+
+def dense_request_bytes(isl: int, osl: int, kv_cache_dtype: str) -> int:
+    """The state of one :data:`DENSE_MODEL` request of ``isl + osl`` tokens (:mod:`pdtune.state`, chapter 1's
+    arithmetic, under the plan's vLLM line): what its prefill engine hands to decode, all ranks together."""
+    from pdtune.model import load_model
+    from pdtune.plan import PLAN_VLLM
+    from pdtune.state import plan_state
+
+    return plan_state(load_model(DENSE_MODEL), max_model_len=isl + osl, kv_cache_dtype=kv_cache_dtype,
+                      vllm=PLAN_VLLM).bytes_per_request
+
+
+def largest_share(p: Plan) -> dict[str, Any]:
+    """The disaggregated row of the plan whose KV transfer takes the largest share of its TTFT: the share, the
+    link it crosses (in words) and the row's deployment."""
+    t = p.table[p.table["mode"] == "disagg"]
+    r = t.loc[t["kv_transfer_share"].idxmax()]
+    return {"share": float(r["kv_transfer_share"]), "link": LINK_WORDS[r["kv_link"]],
+            "deployment": r["deployment"], "ms": float(r["kv_transfer_ms"])}
 
 
 def link_worked(n_bytes: int) -> dict[str, Any]:
@@ -211,6 +264,15 @@ def recipe_texts(p: Plan, row: dict[str, Any]) -> dict[str, str]:
     data = p.to_dict()
     deploy = row_recipes(data, row)[0]
     return {"file": deploy.file_name, "yaml": deploy.text(), "serve": serve_script(data, row)}
+
+
+def engine_frame(p: Plan, row: dict[str, Any]) -> pd.DataFrame:
+    """Per engine of ``row``'s recipe: its role, layout, DP ranks, the requests in flight on it at the heaviest
+    point of its curve, and the ``--max-num-seqs`` the recipe sets."""
+    loads = engine_loads(row)
+    return pd.DataFrame([{"role": e.role, "topology": e.topology.canonical, "dp": e.topology.dp,
+                          "requests": loads[e.role], "max_num_seqs": e.max_num_seqs}
+                         for e in row_engines(p.to_dict(), row)])
 
 
 def serve_lines(script: str) -> str:

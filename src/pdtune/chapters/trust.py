@@ -244,15 +244,17 @@ def calibration_table(card: Scorecard) -> pd.DataFrame:
     return summary[keep]
 
 
-def calibration_sentence(card: Scorecard) -> str:
-    h = headline(card)
-    gained = [(r["model"], r["gpu"]) for _, r in calibration_table(card).iterrows() if r["model"] != "all"
-              and r["calibrated_tpot_median_error_pct"] < r["uncalibrated_tpot_median_error_pct"]]
-    pairs = h["pairs"]
-    return (f"Calibrated on the other deployments of the same model and GPU, the held-out median |error| is "
-            f"{h['calibrated-tpot-median']:.1f} % on TPOT and {h['calibrated-ttft-median']:.1f} % on TTFT, against "
-            f"{h['lomo-tpot-median']:.1f} % and {h['lomo-ttft-median']:.1f} % uncalibrated; calibration lowers "
-            f"the TPOT error for {len(gained)} of the {pairs} model x GPU pairs.")
+def calibration_gains(card: Scorecard) -> dict[str, int]:
+    """How many model x GPU pairs calibration brings closer (a lower held-out median |error|), per metric, and
+    how many pairs have a calibrated score at all."""
+    table = calibration_table(card)
+    table = table[(table["model"] != "all") & table["calibrated_rows"].gt(0)]
+    out = {"scored": len(table)}
+    for m in METRICS:
+        short = m.split("_")[0]
+        out[short] = int((table[f"calibrated_{short}_median_error_pct"]
+                          < table[f"uncalibrated_{short}_median_error_pct"]).sum())
+    return out
 
 
 def uncalibrated_reasons(card: Scorecard) -> pd.DataFrame:
@@ -335,12 +337,11 @@ def _short_error(text: str) -> str:
     return line if len(line) <= 100 else line[:97] + "..."
 
 
-def unpredicted_sentence(card: Scorecard) -> str:
+def unpredicted_numbers(card: Scorecard) -> dict[str, int]:
+    """How many rows each tool could not predict, and both: counted, never dropped."""
     r = card.rows
-    ours, theirs = int((~r["predicted"]).sum()), int((r["aic_status"] != "ok").sum())
-    neither = int(((~r["predicted"]) & (r["aic_status"] != "ok")).sum())
-    return (f"Of the {len(r):,} rows, pdtune could not predict {ours} and {PEER} {theirs} ({neither} neither); "
-            "they stay in the row counts of every table above and are scored by neither median.")
+    ours, theirs = ~r["predicted"], r["aic_status"] != "ok"
+    return {"rows": len(r), "pdtune": int(ours.sum()), "peer": int(theirs.sum()), "neither": int((ours & theirs).sum())}
 
 
 # ---------------------------------------------------------------------------------------------- your model

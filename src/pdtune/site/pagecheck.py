@@ -57,7 +57,7 @@ RENDER_TIMEOUT_MS = 20_000
 
 # Jupyter Book writes the root index.html as a redirect to the root document.
 _REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
-_CHARTS_DRAWN = """() => [...document.querySelectorAll('.pdtune-chart')]
+CHARTS_DRAWN = """() => [...document.querySelectorAll('.pdtune-chart')]
     .every(e => e.querySelector('svg, canvas') || e.classList.contains('pdtune-chart-error'))"""
 # MathJax's script is deferred, so by the load event it has run and defined MathJax.startup; without it the
 # page has no MathJax at all and waiting longer cannot help.
@@ -230,7 +230,7 @@ def _check_page(context: Any, base: str, root: Path, path: Path, screenshots: Pa
         page.goto(base + rel, wait_until="load")
         report.charts = page.eval_on_selector_all(".pdtune-chart", "els => els.map(e => e.id)")
         report.math = page.locator(".math").count()
-        for condition, present in ((_CHARTS_DRAWN, report.charts), (_MATH_DONE, report.math)):
+        for condition, present in ((CHARTS_DRAWN, report.charts), (_MATH_DONE, report.math)):
             if present:
                 try:
                     page.wait_for_function(condition, timeout=RENDER_TIMEOUT_MS)

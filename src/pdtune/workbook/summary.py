@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -504,7 +505,8 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
                          f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms "
                          f"({pick['kv_transfer_share']:.1%} KV transfer); recipes: {files}")
             if pick.get("comparison"):
-                lines.append(f"  {pick['comparison']}")
+                # it opens on the SLA (">= 20 tokens/s ..."): escaped, or Markdown reads a blockquote
+                lines.append("  " + re.sub(r"^>", r"\\>", pick["comparison"]))
         else:
             lines.append(f"- SLA {pick['sla']}: nothing meets it; the closest is {pick['deployment']} (row "
                          f"{pick['row']}): {_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user")
