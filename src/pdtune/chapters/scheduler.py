@@ -181,3 +181,9 @@ def error_by_model() -> pd.DataFrame:
             rec[f"{name} p90 %"] = float(np.percentile(err, 90)) if len(err) else float("nan")
         rows.append(rec)
     return pd.DataFrame(rows)
+
+
+def queued_ttft_ms(ttft_at_limit_ms: float, clients: int, room: int, batch_ms: float) -> float:
+    """Little's law for a closed loop above a KV limit of ``room`` requests: each client past it waits one
+    request's time in the batch (``batch_ms``) shared by the ``room`` requests the batch holds."""
+    return ttft_at_limit_ms + max(0, clients - room) * batch_ms / room
