@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: venv test test-fast book book-check assets bench bench-peers chromium clean distclean lab validation srt \
+.PHONY: venv test test-fast book book-check assets bench bench-peers bench-simulated chromium clean distclean lab validation srt \
 	scheduler-traces vllm-switches golden-plans
 
 venv: $(STAMP)
@@ -81,6 +81,16 @@ lab: venv assets
 
 bench: venv
 	@status=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || status=1; done; exit $$status
+
+# The scorecard by the scheduler simulation (issue 23): aiconfigurator's silicon rows leave-one-model-out with every
+# row's benchmark run in pdtune.sim (much longer than `make bench`: the simulation of thousands of requests per row),
+# timed, and the held-out InferenceX runs with both latency models, each written as CSV to data/perfmodel/validation/.
+bench-simulated: venv
+	@status=0; \
+	nice $(BIN)/python benchmarks/bench_validate.py --latency-model simulated \
+	  --csv data/perfmodel/validation/heldout_simulated.csv || status=1; \
+	nice $(BIN)/python benchmarks/bench_heldout.py --csv data/perfmodel/validation/inferencex_heldout.csv || status=1; \
+	exit $$status
 
 # vLLM's own scheduler on this CPU, step by step, for pdtune.sim to replay (tests/test_sim_traces.py): vLLM 0.33.0
 # from PyPI in its own venv (VLLM_REF, git-ignored, ~9 GB; never the project's venv); the traces are data

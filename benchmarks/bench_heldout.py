@@ -9,9 +9,13 @@ MiniMax-M2.5, from aiconfigurator's silicon sample; never on these.)
 
 Each deployment is predicted at its own layout (from the file names' tag and the serve scripts: TEP8 is
 ``--tensor-parallel-size 8 --enable-expert-parallel``), and a model pdtune does not bundle is counted, not
-dropped. Prints median and p90 |error| of TTFT and TPOT per deployment and over all rows, and exits 1 while the
-targets (issue 23: median |error| TTFT <= 15 %, TPOT <= 8 % per deployment) are missed; ``--json OUT`` writes the
-per-row table.
+dropped. Two latency models side by side, the same factors: the steady-state model and the scheduler simulation
+(``pdtune validate --latency-model simulated``: each row's benchmark, InferenceX's ``benchmark_serving_random.py``
+clients, run in pdtune.sim; ``pdtune.perfmodel.simulated.HARNESSES["inferencex"]``). Prints median and p90 |error|
+of TTFT and TPOT per deployment and over all rows for each, with the time each took, and exits 1 while the targets
+(issue 23: median |error| TTFT <= 15 %, TPOT <= 8 % per deployment) are missed by the simulated model;
+``--json OUT`` writes the per-row table, ``--csv OUT`` the same as CSV
+(data/perfmodel/validation/inferencex_heldout.csv is made so), ``--latency-model`` scores one model only.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -30,11 +35,13 @@ from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir
-from pdtune.perfmodel.defaults import default_efficiency
-from pdtune.perfmodel.validation import _stats, select_rows, validate_rows
+from pdtune.perfmodel.defaults import gpu_defaults
+from pdtune.perfmodel.simulated import LATENCY_MODELS, SIMULATED, STEADY_STATE
+from pdtune.perfmodel.validation import error_percentiles, select_rows, validate_rows
 from pdtune.results import load_results
 
 FOLDER = clusters_dir() / "inferencex-h200-isl-sweep"
+ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"ttft_ms_p50": 15.0, "tpot_ms_p50": 8.0}
 
 
@@ -55,8 +62,8 @@ DEPLOYMENTS = (
 )
 
 
-def score(dep: Deployment) -> pd.DataFrame:
-    """One row per result file: measured, predicted (or the reason there is none)."""
+def score(dep: Deployment, latency_model: str = STEADY_STATE) -> pd.DataFrame:
+    """One row per result file: measured, predicted by ``latency_model`` (or the reason there is none)."""
     files = sorted(FOLDER.glob(dep.files))
     df = load_results([str(f) for f in files])
     df = df.assign(topology=dep.topology)
@@ -64,10 +71,11 @@ def score(dep: Deployment) -> pd.DataFrame:
         out = df[["path", "isl", "osl", "concurrency", "ttft_ms_p50", "tpot_ms_p50"]].rename(
             columns={"ttft_ms_p50": "measured_ttft_ms_p50", "tpot_ms_p50": "measured_tpot_ms_p50"})
         return out.assign(deployment=dep.name, predicted=False, reason=f"model {dep.model} is not bundled",
-                          ttft_ms_p50_error=math.nan, tpot_ms_p50_error=math.nan)
+                          ttft_ms_p50_error=math.nan, tpot_ms_p50_error=math.nan, latency_model=latency_model)
     sel = select_rows(df, dep.model, dep.gpu)
     gpu = load_gpu(dep.gpu)
-    points = validate_rows(sel.rows, load_model(dep.model), gpu, default_efficiency(dep.gpu))
+    points = validate_rows(sel.rows, load_model(dep.model), gpu, gpu_defaults(dep.gpu).efficiency,
+                           latency_model=latency_model, harness="inferencex" if latency_model == SIMULATED else None)
     return points.assign(deployment=dep.name)
 
 
@@ -78,33 +86,52 @@ def _f(x: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="OUT", help="write the per-row table here")
+    parser.add_argument("--csv", metavar="OUT", help="write the per-row table here as CSV")
+    parser.add_argument("--latency-model", choices=LATENCY_MODELS, action="append",
+                        help="score only this latency model (repeatable; default both)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    models = args.latency_model or [STEADY_STATE, SIMULATED]
+    frames, took = [], {}
     try:
-        table = pd.concat([score(d) for d in DEPLOYMENTS], ignore_index=True)
+        for model in models:
+            t0 = time.perf_counter()
+            frames.append(pd.concat([score(d, model) for d in DEPLOYMENTS], ignore_index=True))
+            took[model] = time.perf_counter() - t0
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    table = pd.concat(frames, ignore_index=True)
+    table["scored_by"] = [m for m, f in zip(models, frames, strict=True) for _ in range(len(f))]
     print("pdtune (shipped defaults, no calibration) on real vLLM runs it was never fitted on; |error| in %")
-    print(f"{'deployment':<24} {'rows':>5} {'pred':>5}   TTFT med   p90   TPOT med   p90")
+    print(f"{'deployment':<24} {'latency model':<13} {'rows':>5} {'pred':>5}   TTFT med   p90   TPOT med   p90  "
+          "TTFT too fast")
     failures = []
-    groups = [*table.groupby("deployment", sort=False), ("all", table)]
-    for name, frame in groups:
-        done = frame[frame["predicted"]]
-        (tm, tp), (pm, pp) = _stats(done["ttft_ms_p50_error"]), _stats(done["tpot_ms_p50_error"])
-        print(f"{name:<24} {len(frame):>5} {len(done):>5}   {_f(tm)}    {_f(tp)}   {_f(pm)}    {_f(pp)}")
-        if name != "all":
-            for metric, value in (("ttft_ms_p50", tm), ("tpot_ms_p50", pm)):
-                if value is None or value > TARGETS[metric]:
-                    failures.append(f"{name} {metric} median {_f(value).strip()} % > {TARGETS[metric]:g} %")
+    for model in models:
+        part = table[table["scored_by"] == model]
+        for name, frame in [*part.groupby("deployment", sort=False), ("all", part)]:
+            done = frame[frame["predicted"]]
+            (tm, tp), (pm, pp) = error_percentiles(done["ttft_ms_p50_error"]), error_percentiles(done["tpot_ms_p50_error"])
+            fast = f"{(done['ttft_ms_p50_error'] < 0).mean() * 100:5.0f} %" if len(done) else "    -"
+            print(f"{name:<24} {model:<13} {len(frame):>5} {len(done):>5}   {_f(tm)}    {_f(tp)}   {_f(pm)}    "
+                  f"{_f(pp)}  {fast}")
+            if name != "all" and model == models[-1]:
+                for metric, value in (("ttft_ms_p50", tm), ("tpot_ms_p50", pm)):
+                    if value is None or value > TARGETS[metric]:
+                        failures.append(f"{name} ({model}) {metric} median {_f(value).strip()} % > "
+                                        f"{TARGETS[metric]:g} %")
+    low = table[table["predicted"] & (table["concurrency"] == table["concurrency"].min())]
+    if len(low):
+        print(f"\nthe low-concurrency floor (concurrency {int(low['concurrency'].min())}): measured / predicted TTFT, "
+              "median per deployment")
+        for (name, model), frame in low.groupby(["deployment", "scored_by"], sort=False):
+            ratio = (frame["measured_ttft_ms_p50"] / frame["predicted_ttft_ms_p50"]).median()
+            print(f"  {name:<24} {model:<13} {ratio:5.2f}x ({len(frame)} rows)")
     unpredicted = table[~table["predicted"]]
     print(f"\n{len(unpredicted)} rows the model could not predict (counted, kept):")
-    for (name, reason), n in unpredicted.groupby(["deployment", "reason"]).size().items():
-        print(f"  {name}: {n} x {reason}")
-    done = table[table["predicted"]]
-    if len(done):
-        signed = (done["ttft_ms_p50_error"] < 0).mean() * 100
-        print(f"\nTTFT predicted too fast on {signed:.0f} % of the predicted rows")
+    for (name, model, reason), n in unpredicted.groupby(["deployment", "scored_by", "reason"]).size().items():
+        print(f"  {name} ({model}): {n} x {reason}")
+    print("\ntime: " + ", ".join(f"{m} {t:.1f} s" for m, t in took.items()))
     print(f"\n{len(failures)} targets missed" + (":" if failures else ""))
     for f in failures:
         print(f"  {f}")
@@ -112,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(json.loads(table.to_json(orient="records")), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+    if args.csv:
+        out = Path(args.csv)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rel = table.assign(path=[os.path.relpath(str(x), ROOT) for x in table["path"]])  # the repository's paths
+        rel.drop(columns=["row"], errors="ignore").to_csv(out, index=False, float_format="%.6g")
         print(f"wrote {out}")
     print(f"({time.perf_counter() - start:.0f} s)")
     return 1 if failures else 0

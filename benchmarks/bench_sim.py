@@ -17,7 +17,7 @@ from dataclasses import replace
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.perfmodel.aggregated import agg_config
-from pdtune.perfmodel.defaults import default_efficiency
+from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.engine import build_engine
 from pdtune.sim import SimConfig, closed_loop, simulate
 from pdtune.topology import parse_topology
@@ -36,7 +36,7 @@ def cpu_best(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
 
 def main() -> int:
     gpu = load_gpu("h200")
-    eff = default_efficiency("h200")
+    eff = gpu_defaults("h200").efficiency
     engine = build_engine(load_model("llama-3.1-70b"), gpu, parse_topology("TP4"), isl=1024, osl=128,
                           config=agg_config(gpu, None, "0.33"))
     workload = closed_loop(64, 1024, 128, num_prompts=640)

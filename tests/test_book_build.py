@@ -41,6 +41,7 @@ EXPECTED_TOC = [
     "notebooks/08_trust.md",
     "notebooks/08_trust_regimes.md",
     "notebooks/08_trust_calibration.md",
+    "notebooks/08_trust_scheduler.md",
     "notebooks/09_plan.md",
     "notebooks/09_plan_transfer.md",
     "notebooks/09_plan_launch.md",

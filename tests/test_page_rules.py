@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from pagecode import defined_names, page_functions, pages
 from pdtune.chapters import trust as ch8
+from pdtune.chapters import scheduler as sched
 from pdtune.frontier.ratios import count_pairs
 from pdtune.memory import (Waterfall, capture_sizes, cudagraph_estimate, cudagraph_plan, max_utilization,
                            weights_per_gpu)
@@ -316,6 +317,12 @@ RULES: list[PageRule] = [
              lambda c: fold_of(c["key"], c["folds"])),
     PageRule("08_trust_calibration", "held_out", st.integers(0, 10**6).map(_pair_case),
              lambda f, c: f(c["deployments"], c["fold"]), lambda c: c["split"]),
+    # chapter 8: Little's law for the queue above the KV limit (08_trust_scheduler.md)
+    PageRule("08_trust_scheduler", "queued_ttft",
+             st.fixed_dictionaries({"t": st.floats(0, 1e5), "c": st.integers(1, 10_000), "n": st.integers(1, 5_000),
+                                    "b": st.floats(0, 1e6)}),
+             lambda f, c: f(c["t"], c["c"], c["n"], c["b"]),
+             lambda c: sched.queued_ttft_ms(c["t"], c["c"], c["n"], c["b"])),
     # chapter 9: the budget (notebooks/09_plan.md), the transfer (09_plan_transfer.md), the recipe (09_plan_launch.md)
     # the plan counts every (x, y) within the budget without building them (pdtune.frontier.ratios.count_pairs)
     PageRule("09_plan", "engine_counts", budget_cases,

@@ -172,3 +172,26 @@ def test_a_sweep_shares_one_step_cost_cache() -> None:
     assert [r.to_row()["concurrency"] for r in results] == [2, 8]
     assert results[0].cost._terms is results[1].cost._terms  # the second point reused the first's terms
     assert results[1].to_row()["tpot_ms_p50"] >= results[0].to_row()["tpot_ms_p50"]
+
+
+@pytest.mark.parametrize("caching", [None, False])
+def test_the_fast_path_is_exact_with_sliding_windows_under_kv_pressure(caching: bool | None) -> None:
+    """gpt-oss-120b's sliding-window groups free the blocks that leave a request's 128-token window as it decodes:
+    the fast path replays those frees and the new blocks in the scheduler's order (pdtune.sim.fastpath._window_plan),
+    here on one H200 whose KV cache (gpu_memory_utilization 0.52: about 10,600 blocks) holds 52 of 96 clients'
+    3000 + 300-token requests, so the waiting queue's head is admitted as frees make room and running requests
+    are preempted; prefix caching on (freed blocks to the back of the free queue) and off (to its front)."""
+    gpu = load_gpu("h200")
+    engine = build_engine(load_model("gpt-oss-120b"), gpu, parse_topology("TP1"), isl=3000, osl=300,
+                          config=EngineConfig(vllm="0.33", max_num_batched_tokens=8192, max_num_seqs=1024,
+                                              gpu_memory_utilization=0.52, kv_cache_dtype="auto",
+                                              overheads_gib=(5.6, 0.55, 0.0)))
+    load = closed_loop(96, 3000, 300, num_prompts=192, harness="aiperf", warmups=32)
+    fast, slow = (simulate(engine, load, efficiency=gpu_defaults("h200").efficiency,
+                           config=SimConfig(fast_path=f, enable_prefix_caching=caching)) for f in (True, False))
+    assert slow.preemptions > 0 and max(slow.timelines["engine"].waiting) > 0
+    assert [(r.chunks, r.chunk_tokens, r.preemptions) for r in fast.records] == \
+        [(r.chunks, r.chunk_tokens, r.preemptions) for r in slow.records]
+    assert fast.timelines["engine"].kv_used == slow.timelines["engine"].kv_used
+    # and the batch that timed every step (what the simulated fit's linear form groups) is the same
+    assert np.array_equal(fast.timelines["engine"].batch_array(), slow.timelines["engine"].batch_array())

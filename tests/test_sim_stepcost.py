@@ -1,5 +1,6 @@
 """pdtune.sim.stepcost: the cached, affine step cost equals Engine.step_time on every batch (to rounding), for dense,
-hybrid, MoE, DP and PP engines; sliding-window models are timed exactly."""
+hybrid, MoE, DP and PP engines, and sliding-window models (affine once the window's own fields are held apart);
+a run of decode steps timed at once equals the steps timed one by one."""
 
 from __future__ import annotations
 
@@ -38,9 +39,32 @@ def test_cached_step_cost_equals_the_engine_model(model: str, topology: str, gpu
                       ep_tokens=tokens * engine.topology.dp)
         direct = sum(s.total for s in engine.stage_times(batch, eff))
         assert cost.seconds(batch) == pytest.approx(direct, rel=1e-12)
-    assert cost.exact == (model == "gpt-oss-120b")  # sliding windows are not affine: timed exactly
-    if not cost.exact:
-        assert cost.evaluations < 60 * 0.9 * 4  # cached: fewer stage_terms calls than batches x (base + slopes)
+    assert not cost.exact  # every engine here is affine (sliding windows in six fields)
+    assert cost.evaluations < 60 * 0.9 * 4  # cached: fewer stage_terms calls than batches x (base + slopes)
+    # The step's terms from the cache are the engine's own (what the simulated fit re-times).
+    for _ in range(10):
+        seqs = rng.randint(1, 64)
+        kv = rng.randint(0, 200_000)
+        batch = Batch(tokens=seqs, seqs=seqs, attn_pairs=kv + seqs, decode_pairs=kv + seqs, kv_tokens_read=kv,
+                      logits=seqs, ep_tokens=seqs * engine.topology.dp)
+        assert cost.terms(batch).seconds(eff) == pytest.approx(sum(s.total for s in engine.stage_times(batch, eff)),
+                                                               rel=1e-12)
+
+
+@pytest.mark.parametrize(("model", "topology", "gpu"), [c for c in CASES if "PP" not in c[1]])
+def test_a_decode_run_timed_at_once_equals_its_steps(model: str, topology: str, gpu: str) -> None:
+    """The fast path's vectorised timing: k decode steps of n sequences, the j-th reading kv0 + n j cached tokens
+    (a sliding-window model crosses its window on the way)."""
+    g = load_gpu(gpu)
+    engine = build_engine(load_model(model), g, parse_topology(topology), isl=1024, osl=128,
+                          config=agg_config(g, None, "0.33"))
+    cost = StepCost(engine, gpu_defaults(gpu).efficiency)
+    n, kv0, k, ep = 24, 2000.0, 300, 24.0 * engine.topology.dp
+    run = cost.decode_run_seconds(n, kv0, k, ep)
+    for j in (0, 1, 57, 150, 299):
+        kv = kv0 + n * j
+        one = sum(cost.stage_seconds(n, n, 0, kv + n, kv + n, kv, n, ep, 1, 0))
+        assert run[j] == pytest.approx(one, rel=1e-12)
 
 
 def test_with_efficiency_shares_the_terms() -> None:

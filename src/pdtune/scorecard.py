@@ -112,7 +112,8 @@ def lomo_factors(model: str, gpu: str, path: str | Path | None = None) -> Effici
     row = table[(table["model_key"] == model) & (table["gpu_name"] == gpu)]
     if len(row) != 1:
         raise KeyError(f"{model} on {gpu} is not in {lomo_file()}")
-    values = {f.name: row[f"factor_{f.name}"].iloc[0] for f in fields(Efficiency)}
+    # A factor added after the file was written (no column) keeps its default.
+    values = {f.name: row[f"factor_{f.name}"].iloc[0] for f in fields(Efficiency) if f"factor_{f.name}" in row}
     return Efficiency(**{k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in values.items()})
 
 

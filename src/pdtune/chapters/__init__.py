@@ -15,6 +15,8 @@ notebook imports its chapter module, the domain modules and the chart builders, 
 * :mod:`.frontier` — chapter 7, the disaggregated frontier (and the measured vLLM disaggregated frontier);
 * :mod:`.trust` — chapter 8, how far to trust a prediction: the model scored on real runs (and the measured
   sweeps chapters 5 and 6 draw);
+* :mod:`.scheduler` — chapter 8's section on what the scheduler does to latency: two simulated cases and a
+  measured sweep beside both latency models;
 * :mod:`.plan` — chapter 9, plan before you measure: the search, the picks, the KV transfer, a recipe;
 * :mod:`.display` — what every chapter shares: styled tables, glued numbers, formatted values.
 

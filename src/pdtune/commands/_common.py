@@ -12,6 +12,7 @@ from typing import Any
 
 from pdtune import limits, versions
 from pdtune.errors import InputError, brief
+from pdtune.perfmodel.simulated import HARNESSES, LATENCY_MODELS, STEADY_STATE
 from pdtune.precision import WEIGHTS_HELP
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
 from pdtune.units import GiB, MiB, to_bytes
@@ -160,6 +161,12 @@ SHARED_FLAGS: dict[str, dict[str, Any]] = {
     "--out": {"metavar": "DIR"},
     "--json": {"action": "store_true", "help": "machine-readable output"},
     "--csv": {"action": "store_true", "help": "as CSV"},
+    "--latency-model": {"choices": LATENCY_MODELS, "default": STEADY_STATE,
+                        "help": "what predicts TTFT and TPOT: the steady-state model (default, fast) or the scheduler "
+                                "simulation pdtune.sim (each point run as its benchmark: queues, cohorts, tails)"},
+    "--harness": {"choices": tuple(HARNESSES), "metavar": "NAME",
+                  "help": "with --latency-model simulated: the benchmark whose clients are simulated ("
+                          + ", ".join(HARNESSES) + ")"},
 }
 
 

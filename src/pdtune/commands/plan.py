@@ -107,10 +107,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ttft-ceiling-ms", type=non_negative_float, metavar="T",
                    help="TTFT a pick should stay under when a row meeting its SLA does (default: 4x the prompt's "
                         "own TTFT alone on the fastest engine, at least 1000 ms); a pick above it is a warning")
-    p.add_argument("--latency-model", choices=("steady-state", "simulated"), default="steady-state",
-                   help="what evaluates every reported row and SLA check: the steady-state model (default, seconds) "
-                        "or the scheduler simulation pdtune.sim (queueing and tails; tens of seconds of CPU a row "
-                        "at thousands of requests in flight)")
+    shared_flag(p, "--latency-model",
+                help="what evaluates every reported row and SLA check: the steady-state model (default, seconds) "
+                     "or the scheduler simulation pdtune.sim (queueing and tails; tens of seconds of CPU a row "
+                     "at thousands of requests in flight)")
     p.add_argument("--no-aggregated", action="store_true",
                    help="leave out the aggregated rows (replicas of one vllm serve server on the same budget)")
     p.add_argument("--max-tpot-ms-p90", type=non_negative_float, metavar="P",

@@ -33,7 +33,9 @@ from pdtune.switches import default_gpu_memory_utilization
 from pdtune.perfmodel.calibrate import load_calibration
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.sweeps import DECODE_ISL, DECODE_OSL, DISAGG_ISL, DISAGG_OSL, PREFILL_ISL, PREFILL_OSL
+from pdtune.perfmodel.simulated import HARNESSES, SIMULATED, predict_agg_simulated, predict_disagg_simulated
 from pdtune.perfmodel.validation import MEASURED_OVERHEADS_GIB
+from pdtune.sim import SimConfig
 from pdtune.precision import parse_weights_dtype
 from pdtune.topology import Deployment, Topology, is_deployment, parse_deployment, parse_topology
 from pdtune.units import GiB
@@ -54,8 +56,13 @@ Default workloads follow the article: prefill 8192/2, decode 1/1000, disagg 8192
 and decoding, closed loop) 1024/1024 with vLLM's own serving defaults (max-num-batched-tokens, max-num-seqs,
 --gpu-memory-utilization: 0.9 in 0.11, 0.92 from 0.20, KV cache in the model dtype) unless flags say otherwise.
 Factors: --calibration CAL (from `pdtune calibrate`) or the GPU's defaults (data/perfmodel/defaults.csv).
+Latencies: the steady-state model by default; --latency-model simulated runs each concurrency's benchmark (closed
+loop of C clients of --harness, default vllm-bench) in pdtune.sim, vLLM 0.33's scheduler stepped on the same step
+costs: medians and p90/p99 of the simulated requests, queues and cohorts included (agg and disagg; prefill- and
+decode-only sweeps keep the steady-state model). Each row names its latency model.
 Examples:
   pdtune predict gpt-oss-120b --gpu h200 --topology TP2 --mode agg --concurrency 4,16,64
+  pdtune predict gpt-oss-120b --gpu h200 --topology TP2 --mode agg --concurrency 4,64 --latency-model simulated
   pdtune predict llama-3.1-70b --gpu h100 --topology TP4 --mode agg --weights fp8
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TP4DP4+EP --mode decode --concurrency 1,8,64,512
   pdtune predict qwen3.8-2.4t --gpu gb300 --topology TEP8 --mode decode --mtp 3 --acceptance 0.25 --json
@@ -126,6 +133,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weights-dtype", dest="weights", metavar="FMT", help="the same as --weights (its older name)")
     p.add_argument("--calibration", metavar="CAL", help="factors from `pdtune calibrate` (default: the GPU's)")
     draft_and_dcp_flags(p, engines="the engine (both engines of a disaggregated deployment)")
+    shared_flag(p, "--latency-model")
+    shared_flag(p, "--harness", help="with --latency-model simulated: the benchmark whose clients are simulated "
+                "(default vllm-bench: vllm bench serve --max-concurrency C --num-prompts 10C)")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
 
@@ -157,6 +167,13 @@ def run(args: argparse.Namespace) -> int:
         flag = "--speculative-model" if args.speculative_model else "--decode-context-parallel-size"
         raise InputError(flag, flag.lstrip("-").replace("-", "_"),
                          "sizes a decode (or aggregated) engine's KV room; use --mode decode, agg or disagg")
+    simulated = args.latency_model == SIMULATED
+    if args.harness is not None and not simulated:
+        raise InputError("--harness", "harness", "names the clients --latency-model simulated runs; give both")
+    if simulated and mode in ("prefill", "decode"):
+        raise InputError("--latency-model", "latency_model",
+                         f"a {mode}-only sweep has no simulated harness; use --mode agg or disagg, or steady-state")
+    harness = args.harness or "vllm-bench"
     isl, osl = DEFAULT_WORKLOAD[mode]
     isl = args.isl if args.isl is not None else isl
     osl = args.osl if args.osl is not None else osl
@@ -178,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         topo = parsed
         assert isinstance(topo, Topology)
         engine = build_engine(spec, gpu, topo, isl=isl, osl=osl, config=config)
-        preds = [
+        preds = predict_agg_simulated(engine, args.concurrency, isl, osl, eff, harness=harness) if simulated else [
             agg_prediction(engine, agg_plan(engine, c, isl, osl, eff.arrival_clustering), isl, osl, eff)
             for c in args.concurrency
         ]
@@ -187,7 +204,14 @@ def run(args: argparse.Namespace) -> int:
     elif mode == "disagg":
         dep = parsed
         assert isinstance(dep, Deployment)
-        preds = predict_disagg(
+        engines["prefill"] = build_engine(spec, gpu, dep.prefill, isl=isl, osl=osl, config=prefill_config)
+        engines["decode"] = build_engine(
+            spec, gpu, dep.decode, isl=isl, osl=osl, mtp_tokens=args.mtp, config=config
+        )
+        preds = predict_disagg_simulated(
+            engines["prefill"], engines["decode"], dep.n_prefill, dep.n_decode, args.concurrency, isl, osl, eff,
+            harness=harness, config=SimConfig(acceptance=args.acceptance), label=dep.label,
+        ) if simulated else predict_disagg(
             spec,
             gpu,
             dep,
@@ -199,10 +223,6 @@ def run(args: argparse.Namespace) -> int:
             prefill_config=prefill_config,
             decode_config=config,
             efficiency=eff,
-        )
-        engines["prefill"] = build_engine(spec, gpu, dep.prefill, isl=isl, osl=osl, config=prefill_config)
-        engines["decode"] = build_engine(
-            spec, gpu, dep.decode, isl=isl, osl=osl, mtp_tokens=args.mtp, config=config
         )
         label = dep.label
     else:
@@ -244,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
                 "weights": spec.weights.name,
                 "efficiency": eff.to_dict(),
                 "efficiency_source": eff_source,
+                "latency_model": args.latency_model,
+                "harness": harness if simulated else None,
                 "speculative_model": config.speculative_model.name if config.speculative_model else None,
                 "num_speculative_tokens": config.num_speculative_tokens,
                 "decode_context_parallel_size": config.decode_context_parallel_size,
@@ -254,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(render(spec.name, gpu.name, mode, label, isl, osl, args.mtp, args.acceptance, memory, preds))
+        if simulated:
+            print(f"  latencies simulated by pdtune.sim: {HARNESSES[harness].source}")
         print(f"  weights {spec.weights.name}; factors: {eff_source}")
         note = _extras_note(config)
         if note:
@@ -324,13 +348,14 @@ def render(
                      "(pdtune.transfer, as pdtune plan charges it)")
     lines.append(
         f"  {'concurrency':>11} {'running':>8} {'tok/s':>10} {'tok/s/GPU':>10} {'tok/s/user':>10} "
-        f"{'TTFT ms':>9} {'TPOT ms':>8}  note"
+        f"{'TTFT ms':>9} {'p99':>9} {'TPOT ms':>8} {'p99':>8}  {'latency':<12} note"
     )
     for p in preds:
         note = "waits for KV room" if p.kv_limited else ""
         lines.append(
             f"  {p.concurrency:>11} {p.running:>8.0f} {p.total_tps:>10.0f} {p.tps_per_gpu:>10.1f} "
-            f"{p.tps_per_user:>10.1f} {p.ttft_ms:>9.1f} {p.tpot_ms:>8.2f}  {note}"
+            f"{p.tps_per_user:>10.1f} {p.ttft_ms:>9.1f} {p.percentile('ttft', 99):>9.1f} {p.tpot_ms:>8.2f} "
+            f"{p.percentile('tpot', 99):>8.2f}  {p.latency_model:<12} {note}"
         )
     lines.append(
         f"  tok/s = total (input + output) tokens/s; per GPU over all {preds[0].gpus_total} GPUs; "

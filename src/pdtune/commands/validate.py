@@ -20,6 +20,7 @@ from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import deployment_key, holdout_key
 from pdtune.perfmodel.repeats import fold_repeats
+from pdtune.perfmodel.simulated import SIMULATED
 from pdtune.perfmodel.validation import METRICS, Selection, error_summary, select_rows, validate_rows
 from pdtune.results import GpuCounts, load_results
 from pdtune.topology import is_deployment, parse_deployment, parse_topology
@@ -32,9 +33,16 @@ of |error| in percent over the rows the factors were not fitted on (each row is 
 measurement is one the calibration, or the GPU's shipped defaults, were fitted on: data/perfmodel/fitted_rows.csv;
 with a calibration, rows of the groups it fitted are not scored either). A row repeating another row's measurement
 under another id counts once. Rows the model cannot predict are listed with the reason, never dropped.
+--latency-model simulated runs each aggregated and disaggregated row's benchmark in pdtune.sim (vLLM 0.33's
+scheduler stepped on pdtune's step costs) with the clients of the harness its results' format implies (--harness
+to say another): medians and tails of the simulated requests, queues and cohorts included; prefill-only and
+decode-only rows keep the steady-state model. Every row names its model (column latency_model). The factors are
+the same either way (fitted on the steady-state model's form).
 Examples:
   pdtune validate data/clusters/aiconfigurator-silicon --model gpt-oss-120b --gpu h200
   pdtune validate results/ --model llama-3.1-70b --gpu h100 --gpus 8 --topology TP8 --json
+  pdtune validate data/clusters/inferencex-h200-isl-sweep/qwen3.5 --model qwen3.5-397b-a17b --gpu h200 \
+      --topology TP8 --latency-model simulated --harness inferencex
 """
 
 
@@ -48,6 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_selection_arguments(p)
     p.add_argument("--calibration", metavar="CAL", help="a calibration file from `pdtune calibrate`")
+    shared_flag(p, "--latency-model")
+    shared_flag(p, "--harness", help="with --latency-model simulated: the harness whose clients are simulated "
+                "(default: the one the results' format implies: aiperf for aiconfigurator's silicon file and AIPerf, "
+                "sa-bench for srt-slurm, vllm-bench otherwise)")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
 
@@ -103,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         defaults = gpu_defaults(gpu.name)
         eff, source = defaults.efficiency, f"defaults for {gpu.name} ({defaults.source}: {defaults.note})"
-    points = validate_rows(selection.rows, spec, gpu, eff)
+    if args.harness is not None and args.latency_model != SIMULATED:
+        raise InputError("--harness", "harness", "names the clients --latency-model simulated runs; give both")
+    points = validate_rows(selection.rows, spec, gpu, eff, latency_model=args.latency_model, harness=args.harness)
     points = mark_fitted(points, selection.rows, calibration, gpu.name)
     summary = error_summary(points[points["scored"]])
     in_sample = error_summary(points[points["predicted"] & points["in_sample"] & points["repeat_of"].isna()])
@@ -174,6 +188,7 @@ def report(
         "gpu": gpu,
         "efficiency": eff.to_dict(),
         "efficiency_source": source,
+        "latency_models": {str(k): int(v) for k, v in points["latency_model"].value_counts().items()},
         "rows_used": int(len(points)),
         "rows_skipped": selection.skipped,
         "rows_predicted": int(points["predicted"].sum()),
@@ -187,7 +202,7 @@ def report(
         "in_sample_median_abs_pct_error": (in_sample or {}).get("median_abs_pct_error"),
         "unpredicted": [
             {k: r[k] for k in ("source", "path", "source_id", "mode", "topology", "isl", "osl", "concurrency",
-                               "reason")}
+                               "latency_model", "reason")}
             for r in records if not r["predicted"]
         ],
         "median_abs_pct_error": summary["median_abs_pct_error"],
@@ -217,9 +232,13 @@ def render(
                      + (f", {start} of them by the defaults the calibration started from" if start else ""))
     for reason, n in selection.skipped.items():
         lines.append(f"  skipped {n} rows: {reason}")
+    models = points.loc[points["predicted"], "latency_model"].value_counts()
+    lines.append("  latency model: " + (", ".join(f"{name} ({n} rows)" for name, n in models.items()) or "-")
+                 + (f"; simulated harness: {', '.join(sorted(set(points['harness'].dropna())))}"
+                    if points["harness"].notna().any() else ""))
     lines.append(
-        f"  {'mode':<6} {'topology':<16} {'ISL/OSL':>10} {'conc':>5}  {'TTFT ms meas':>12} {'pred':>8} {'err':>6}"
-        f"  {'TPOT ms meas':>12} {'pred':>7} {'err':>6}  source"
+        f"  {'mode':<6} {'topology':<16} {'ISL/OSL':>10} {'conc':>5}  {'TTFT ms meas':>12} {'pred':>8} {'p99':>8} "
+        f"{'err':>6}  {'TPOT ms meas':>12} {'pred':>7} {'p99':>7} {'err':>6}  {'latency':<12} source"
     )
     for _, p in points[points["predicted"]].iterrows():
         repeat = p["repeat_of"] if isinstance(p["repeat_of"], str) else None
@@ -228,8 +247,10 @@ def render(
         where = f"{p['path']}" + (f"#{p['source_id']}" if p["source_id"] else "")
         lines.append(
             f"  {p['mode']:<6} {str(p['topology']):<16} {p['isl']:>5}/{p['osl']:<4} {p['concurrency']:>5}  "
-            f"{p['measured_ttft_ms_p50']:>12.1f} {p['predicted_ttft_ms_p50']:>8.1f} {_pct(p['ttft_ms_p50_error'])}  "
-            f"{p['measured_tpot_ms_p50']:>12.2f} {p['predicted_tpot_ms_p50']:>7.2f} {_pct(p['tpot_ms_p50_error'])}  "
+            f"{p['measured_ttft_ms_p50']:>12.1f} {p['predicted_ttft_ms_p50']:>8.1f} {p['predicted_ttft_ms_p99']:>8.1f} "
+            f"{_pct(p['ttft_ms_p50_error'])}  "
+            f"{p['measured_tpot_ms_p50']:>12.2f} {p['predicted_tpot_ms_p50']:>7.2f} {p['predicted_tpot_ms_p99']:>7.2f} "
+            f"{_pct(p['tpot_ms_p50_error'])}  {p['latency_model']:<12} "
             f"{where}{mark}"
         )
     unpredicted = points[~points["predicted"]]

@@ -17,6 +17,8 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.fit`, :mod:`.calibrate`, :mod:`.heldout` — fitting the factors on measured sweeps, holding out whole
   deployments, leave-one-model-out scores;
 * :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points;
+* :mod:`.simulated` — the scheduler simulation as a latency model: each point run as its benchmark in
+  :mod:`pdtune.sim`, the harnesses, the linear form of a run's median request;
 * :mod:`.repeats` — a measurement repeated under another id counted once, in fits and in scores;
 * :mod:`.sensitivity` — which fitted factors the data moves, and which the prior's pull holds;
 * :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.

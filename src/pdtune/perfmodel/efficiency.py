@@ -36,6 +36,11 @@ pipeline bubbles) and never from a factor chosen per topology:
                               per-request work, sampling and output processing (not sharded by TP)
 ``eager_layer_overhead_s``    the extra cost per layer of a step that runs outside CUDA graphs (more tokens
                               than the largest capture size, a prompt chunk): kernels launched one by one
+``front_end_cv``              simulated serving (:mod:`pdtune.perfmodel.simulated`): the coefficient of
+                              variation of the front end's time per request (``request_overhead_s`` is its
+                              mean; each request draws a gamma of that mean and spread), which scatters the
+                              prompts of a closed loop's cohorts (what ``arrival_clustering`` stands for in the
+                              steady-state model)
 ============================  ================================================================================
 
 How the defaults were chosen is written down in ``data/clusters/gb300-qwen3.8-modeled/README.md``: a grid
@@ -71,6 +76,7 @@ class Efficiency:
     expert_overhead_s: float = 0.0
     seq_overhead_s: float = 0.0
     eager_layer_overhead_s: float = 0.0
+    front_end_cv: float = 0.0
     expert_compute_bf16: float | None = None
     expert_hbm_bf16: float | None = None
     expert_compute_fp8: float | None = None
@@ -96,6 +102,9 @@ class Efficiency:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError("efficiency", name, f"must be a time >= 0 s, got {value!r}")
+        value = self.front_end_cv
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= MAX_FRONT_END_CV):
+            raise InputError("efficiency", "front_end_cv", f"must be in [0, {MAX_FRONT_END_CV:g}], got {value!r}")
 
     @property
     def experts(self) -> float:
@@ -126,7 +135,7 @@ class Efficiency:
         for name in OPTIONAL_FRACTIONS:
             if out[name] is None:
                 del out[name]  # unset: falls back (expert_* to compute / hbm, attention_hbm to hbm)
-        for name in OPTIONAL_TIMES:
+        for name in (*OPTIONAL_TIMES, "front_end_cv"):
             if out[name] == 0.0:
                 del out[name]  # unset: no such cost (files written before these factors read back the same)
         return out
@@ -143,7 +152,9 @@ TIME_FACTORS = ("collective_latency_s", "step_overhead_s", "layer_overhead_s", "
                 "expert_overhead_s", "seq_overhead_s", "eager_layer_overhead_s")
 OPTIONAL_TIMES = TIME_FACTORS[4:]
 FACTORS = (*FRACTION_FACTORS, "expert_compute", "expert_hbm", *TIME_FACTORS[:4], "arrival_clustering",
-           "attention_hbm", *TIME_FACTORS[4:], *KERNEL_FACTORS)
+           "attention_hbm", *TIME_FACTORS[4:], "front_end_cv", *KERNEL_FACTORS)
+#: The largest front-end spread a factor set may give (a coefficient of variation; 1 is an exponential).
+MAX_FRONT_END_CV = 4.0
 
 
 #: The calibration every bundled prediction uses.

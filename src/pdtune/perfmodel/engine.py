@@ -445,14 +445,22 @@ class Engine:
         assert total is not None
         return total
 
-    def stage_terms(self, batch: Batch) -> list[StepTerms]:
-        """The step as :class:`StepTerms` on one GPU of each pipeline stage (``stage_times`` without the
-        factors): what the step-level simulator (:mod:`pdtune.sim`) caches and re-times."""
-        return [self._stage_terms(index, batch) for index in range(len(self.stages))]
+    def stage_terms(self, batch: Batch, window: tuple[float, float, float] | None = None) -> list[StepTerms]:
+        """The step as :class:`StepTerms` on one GPU of each stage (``stage_times`` without the factors), as
+        :mod:`pdtune.sim` caches and re-times it; ``window`` gives the sliding-window fields (:func:`window_fields`)
+        apart, so that every piece of work is affine in the batch's fields, sliding windows included."""
+        return [self._stage_terms(index, batch, window) for index in range(len(self.stages))]
 
-    def _stage_terms(self, index: int, batch: Batch) -> StepTerms:
+    @cached_property
+    def sliding_window(self) -> int | None:
+        """The window of the model's sliding-window layers (None without such layers)."""
+        if not self._stage_info or not any(s.sliding for s in self._stage_info):
+            return None
+        return self.spec.attention.sliding_window if self.spec.attention else None
+
+    def _stage_terms(self, index: int, batch: Batch, window: tuple[float, float, float] | None = None) -> StepTerms:
         gpu, topo = self.gpu, self.topology
-        works = self._stage_work(index, batch)
+        works = self._stage_work(index, batch, window)
         peaks = [w.peak_seconds(gpu) for w in works.values()]
         info = self._stage_info[index]
         link_s = calls = network_s = 0.0
@@ -520,7 +528,8 @@ class Engine:
             )
         return tuple(out)
 
-    def _stage_work(self, index: int, batch: Batch) -> dict[str, Work]:
+    def _stage_work(self, index: int, batch: Batch,
+                    window_override: tuple[float, float, float] | None = None) -> dict[str, Work]:
         """FLOPs (by math format) and HBM bytes of each kind of work on one GPU of stage ``index``."""
         c, tp = self.costs, self.topology.tp
         info = self._stage_info[index]
@@ -543,16 +552,14 @@ class Engine:
             pair_flops = c.attn_pair_flops_prefill * pre_pairs + c.attn_pair_flops_decode * dec_pairs
             kv = (batch.kv_tokens_read + batch.tokens) * self.kv_bytes_per_token
             full = Work({"bf16": pair_flops / tp}, kv)
-            # A sliding-window layer sees at most its window: of the average context for a decode token, and
-            # of the positions before it for a prompt token.
+            # A sliding-window layer sees at most its window of each token's context (window_fields).
             window = self.spec.attention.sliding_window if self.spec.attention else None
-            context = batch.kv_tokens_read / batch.seqs if batch.seqs else 0.0
-            share = min(1.0, window / context) if window and context > window else 1.0
-            pre_window = min(pre_pairs, batch.prefill_tokens * window) if window else pre_pairs
+            pre_window, dec_share, kv_share = window_override or window_fields(  # a given tuple is never empty
+                window, batch.seqs, batch.prefill_tokens, batch.attn_pairs, batch.decode_pairs,
+                batch.kv_tokens_read)
             sliding = Work(
-                {"bf16": (c.attn_pair_flops_prefill * pre_window
-                          + c.attn_pair_flops_decode * dec_pairs * share) / tp},
-                (batch.kv_tokens_read * share + batch.tokens) * self.kv_bytes_per_token,
+                {"bf16": (c.attn_pair_flops_prefill * pre_window + c.attn_pair_flops_decode * dec_share) / tp},
+                (kv_share + batch.tokens) * self.kv_bytes_per_token,
             )
             work["attention"] = full.scaled(info.attention) + sliding.scaled(info.sliding)
         if info.recurrent:
@@ -661,6 +668,22 @@ class Engine:
             tp_bytes = 2 * 2 * (t - 1) / t * tokens * h * ACTIVATION_BYTES
             calls += 2
         return tp_bytes, ep_bytes, calls
+
+
+def window_fields(window: int | None, seqs: float, prefill_tokens: float, attn_pairs: float, decode_pairs: float,
+                  kv_tokens_read: float) -> tuple[float, float, float]:
+    """A sliding-window layer's share of a step's attention: (prompt pairs, decode pairs, KV tokens read inside the
+    window). A decode token sees ``window / context`` of the batch's mean context (``kv_tokens_read / seqs``), a
+    prompt token at most ``window`` positions before it; without a window every field is the full one."""
+    if prefill_tokens:
+        pre_pairs, dec_pairs = attn_pairs - decode_pairs, decode_pairs
+    else:
+        pre_pairs, dec_pairs = 0.0, attn_pairs
+    if not window:
+        return pre_pairs, dec_pairs, kv_tokens_read
+    context = kv_tokens_read / seqs if seqs else 0.0
+    share = min(1.0, window / context) if context > window else 1.0
+    return min(pre_pairs, prefill_tokens * window), dec_pairs * share, kv_tokens_read * share
 
 
 def _activation_bytes(expert_dtype: str) -> Fraction:

@@ -15,6 +15,11 @@ results table; the problems come with repeated measurements already folded to on
 
 :func:`heldout_table` returns one row per measured row with both predictions beside the measurement and the
 deployment and fold it belonged to; :func:`heldout_summary` the median and p90 |error| per model x GPU.
+
+With ``latency_model="simulated"`` the leave-one-model-out predictions come from the scheduler simulation
+(:mod:`pdtune.perfmodel.simulated`, every row run as its benchmark) with the same refitted factors; the
+calibrated column is left empty, each row saying why (:data:`NO_SIMULATED_FIT`): the factors are fitted on the
+steady-state model's form, and a fit through the simulator is not built yet.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, deployment_key, fit_efficiency
 from pdtune.perfmodel.validation import METRICS, error_percentiles, validate_rows
+
+
+#: Why a simulated held-out table has no calibrated prediction.
+NO_SIMULATED_FIT = "no fit through the simulator yet: calibrated factors are the steady-state model's"
 
 
 def fold_of(key: str, folds: int) -> int:
@@ -48,8 +57,10 @@ def heldout_table(
     *,
     folds: int = 4,
     models: Sequence[str] | None = None,
+    latency_model: str = "steady-state",
 ) -> HeldOut:
-    """Both held-out predictions for every row of the ``problems`` whose model is in ``models`` (all when None)."""
+    """Both held-out predictions for every row of the ``problems`` whose model is in ``models`` (all when None);
+    ``latency_model`` predicts the leave-one-model-out column (see the module)."""
     frames = []
     factors: dict[tuple[str, str], Efficiency] = {}
     used: dict[tuple[str, str], list[str]] = {}
@@ -61,19 +72,20 @@ def heldout_table(
         if key not in lomo_fits:
             lomo_fits[key] = fit_gpu_defaults(problems, gpu, exclude=[model])
         factors[(model, gpu)], used[(model, gpu)] = lomo_fits[key]
-        frames.append(heldout_rows(problems[(model, gpu)], model, gpu, lomo_fits[key][0], folds=folds))
+        frames.append(heldout_rows(problems[(model, gpu)], model, gpu, lomo_fits[key][0], folds=folds,
+                                   latency_model=latency_model))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return HeldOut(table, factors, used)
 
 
 def heldout_rows(problem: Problem, model: str, gpu: str, lomo: Efficiency, *, folds: int = 4,
-                 only_folds: Sequence[int] | None = None) -> pd.DataFrame:
-    """One model x GPU's rows: predicted with its leave-one-model-out factors ``lomo``, and each fold of its
-    deployments with factors calibrated on the other folds (only the folds in ``only_folds`` when given; the
-    others' calibrated columns stay empty)."""
+                 only_folds: Sequence[int] | None = None, latency_model: str = "steady-state") -> pd.DataFrame:
+    """One model x GPU's rows: predicted with its leave-one-model-out factors ``lomo`` (by ``latency_model``), and
+    each fold of its deployments with factors calibrated on the other folds (only the folds in ``only_folds`` when
+    given; the others' calibrated columns stay empty; none with the simulation, :data:`NO_SIMULATED_FIT`)."""
     rows = problem.rows
     keys = rows.apply(deployment_key, axis=1)
-    uncal = validate_rows(rows, problem.spec, problem.gpu, lomo).set_index("row")
+    uncal = validate_rows(rows, problem.spec, problem.gpu, lomo, latency_model=latency_model).set_index("row")
     out = uncal.rename(columns={f"predicted_{m}": f"lomo_{m}" for m in METRICS}
                        | {f"{m}_error": f"lomo_{m}_error" for m in METRICS})
     out["deployment"] = [keys[i] for i in out.index]
@@ -83,6 +95,9 @@ def heldout_rows(problem: Problem, model: str, gpu: str, lomo: Efficiency, *, fo
         out[f"calibrated_{m}"] = float("nan")
         out[f"calibrated_{m}_error"] = float("nan")
     out["calibrated_reason"] = None
+    if latency_model != "steady-state":
+        out["calibrated_reason"] = NO_SIMULATED_FIT
+        only_folds = ()
     for k in range(folds) if only_folds is None else only_folds:
         held = [d for d in deployments if fold_of(d, folds) == k]
         train = [d for d in deployments if fold_of(d, folds) != k]

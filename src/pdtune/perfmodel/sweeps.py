@@ -80,6 +80,23 @@ class Prediction:
     kv_limited: bool  # requests wait for KV room (the decode side is full, for a disaggregated deployment)
     step: dict[str, float] = field(default_factory=dict)  # seconds per kind of work in the limiting step
     kv_transfer_ms: float = 0.0  # disaggregated: one request's KV transfer, a term of ``ttft_ms`` (pdtune.transfer)
+    # Which model produced the latencies: "steady-state" (this module, pdtune.perfmodel.aggregated: means, so every
+    # percentile is the mean) or "simulated" (pdtune.perfmodel.simulated: medians and tails of simulated requests).
+    latency_model: str = "steady-state"
+    ttft_ms_p90: float | None = None  # None: the steady-state mean (ttft_ms)
+    ttft_ms_p99: float | None = None
+    tpot_ms_p90: float | None = None
+    tpot_ms_p99: float | None = None
+    harness: str | None = None  # simulated: the benchmark harness whose clients were simulated
+
+    def percentile(self, metric: str, p: int) -> float:
+        """``ttft`` or ``tpot`` at percentile ``p`` (50, 90, 99) in ms: the median is ``ttft_ms`` / ``tpot_ms``;
+        a steady-state prediction has no spread, so every percentile is its mean."""
+        base = self.ttft_ms if metric == "ttft" else self.tpot_ms
+        if p == 50:
+            return base
+        value = getattr(self, f"{metric}_ms_p{p}")
+        return base if value is None else value
 
     @property
     def gpus_total(self) -> int:
@@ -109,6 +126,7 @@ class Prediction:
             total_tps=self.total_tps,
             tps_per_gpu=self.tps_per_gpu,
             tps_per_user=self.tps_per_user,
+            **{f"{m}_ms_p{q}": self.percentile(m, q) for m in ("ttft", "tpot") for q in (90, 99)},
         )
         return out
 
@@ -138,10 +156,10 @@ def to_frame(predictions: Iterable[Prediction]) -> pd.DataFrame:
                 "total_tps": p.total_tps,
                 "output_tps": p.output_tps,
                 "ttft_ms_p50": p.ttft_ms,
-                "ttft_ms_p99": p.ttft_ms,
+                "ttft_ms_p99": p.percentile("ttft", 99),
                 "tpot_ms_p50": p.tpot_ms,
                 "tpot_ms_mean": p.tpot_ms,
-                "tpot_ms_p99": p.tpot_ms,
+                "tpot_ms_p99": p.percentile("tpot", 99),
                 "tps_per_gpu": p.tps_per_gpu,
                 "tps_per_user": p.tps_per_user,
                 "accuracy": math.nan,
@@ -153,6 +171,9 @@ def to_frame(predictions: Iterable[Prediction]) -> pd.DataFrame:
                 "kv_capacity": p.kv_capacity,
                 "kv_limited": p.kv_limited,
                 "acceptance": p.acceptance,
+                "latency_model": p.latency_model,
+                "ttft_ms_p90": p.percentile("ttft", 90),
+                "tpot_ms_p90": p.percentile("tpot", 90),
             }
         )
     return pd.DataFrame(rows)

@@ -10,6 +10,13 @@ predicted, ``error = predicted / measured - 1`` and the row's source. A row the 
 does not fit, a topology it cannot read, worker counts the file does not record) stays in the table, marked
 unpredicted with its reason; nothing is dropped.
 
+Two latency models (``latency_model``, the names of :data:`pdtune.perfmodel.simulated.LATENCY_MODELS`): the
+steady-state model (:mod:`pdtune.perfmodel.aggregated`, the default) or ``simulated``, each aggregated and
+disaggregated row run as its benchmark in :mod:`pdtune.sim` (:func:`pdtune.perfmodel.simulated.simulate_point`)
+with the clients of the harness that measured it (:func:`row_harness`). Prefill-only and decode-only rows have no
+simulated harness and keep the steady-state model; every point names the model that produced it in its
+``latency_model`` column, with the predicted p90 and p99 beside the median (the steady-state model's are its mean).
+
 :func:`error_summary` gives the median and the 90th percentile of ``|error|`` (in percent) per metric, over all
 points and by model x GPU x mode: the numbers ``pdtune validate --json`` reports.
 """
@@ -198,11 +205,30 @@ def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> 
 @dataclass
 class EngineCache:
     engines: dict[tuple[Any, ...], Engine | InputError] = field(default_factory=dict)
+    costs: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # engine key -> pdtune.sim.StepCost
+
+
+#: The harness whose clients ``validate --latency-model simulated`` simulates for a row, by the reader that read
+#: it (``source``): aiconfigurator's silicon file records none (pdtune.perfmodel.simulated.SILICON_HARNESS, an
+#: assumption), srt-slurm runs sa-bench, a ``vllm bench serve`` file its own loop. Other sources: ``vllm-bench``.
+HARNESS_BY_SOURCE = {"aiconfigurator-silicon": "aiperf", "aiperf": "aiperf", "srt-slurm": "sa-bench",
+                     "srt-slurm-rollup": "sa-bench", "vllm-bench": "vllm-bench", "inferencex": "inferencex"}
+
+
+def row_harness(row: pd.Series, harness: str | None = None) -> str:
+    """The harness a row is simulated with: ``harness`` when given, else the one its source runs."""
+    if harness is not None:
+        return harness
+    return HARNESS_BY_SOURCE.get(str(row.get("source") or ""), "vllm-bench")
+
+
+def _engine_key(setup: RowSetup, isl: int, osl: int) -> tuple[Any, ...]:
+    return (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype)
 
 
 def cached_engine(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
     assert setup.spec is not None and setup.topology is not None
-    key = (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype)
+    key = _engine_key(setup, isl, osl)
     if key not in cache.engines:
         config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype)
         try:
@@ -255,10 +281,14 @@ def compile_agg(engine: Engine, plan: AggPlan, index: Any, isl: int, osl: int) -
     )
 
 
-def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: EngineCache) -> Prediction:
-    """One row's prediction at its own deployment (raises InputError when the layout does not fit)."""
+def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: EngineCache, *,
+                latency_model: str = "steady-state", harness: str | None = None) -> Prediction:
+    """One row's prediction at its own deployment (raises InputError when the layout does not fit), by
+    ``latency_model`` where the row's mode has a simulated harness (aggregated, disaggregated)."""
     assert setup.spec is not None
     isl, osl, c = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
+    if latency_model == "simulated" and setup.mode in ("agg", "disagg"):
+        return _simulated_row(row, setup, gpu, eff, cache, row_harness(row, harness))
     if setup.mode == "disagg":
         assert setup.deployment is not None
         config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype)
@@ -276,14 +306,43 @@ def predict_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, 
     return agg_prediction(engine, agg_plan(engine, c, isl, osl, eff.arrival_clustering), isl, osl, eff)
 
 
+def _simulated_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficiency, cache: EngineCache,
+                   harness: str) -> Prediction:
+    """The row's benchmark run in pdtune.sim on the engines the steady-state model would size (one step-cost
+    cache per engine, shared by the rows of one deployment)."""
+    from pdtune.perfmodel.simulated import predict_disagg_simulated, prediction, simulate_point
+
+    assert setup.spec is not None
+    isl, osl, c = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
+    if setup.mode == "disagg":
+        assert setup.deployment is not None
+        dep = setup.deployment
+        config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype)
+        prefill = build_engine(setup.spec, gpu, dep.prefill, isl=isl, osl=osl, config=config)
+        decode = build_engine(setup.spec, gpu, dep.decode, isl=isl, osl=osl, config=config)
+        [pred] = predict_disagg_simulated(prefill, decode, dep.n_prefill, dep.n_decode, [c], isl, osl, eff,
+                                          harness=harness, label=dep.label)
+        return pred
+    engine = cached_engine(cache, setup, gpu, isl, osl)
+    key = _engine_key(setup, isl, osl)
+    point, cache.costs[key] = simulate_point(engine, isl, osl, c, eff, harness=harness, cost=cache.costs.get(key))
+    return prediction(point, engine, isl, osl, c, harness)
+
+
 def _measured(row: pd.Series, metric: str) -> float:
     value = row.get(metric)
     return float(value) if value is not None and not pd.isna(value) else math.nan
 
 
-def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency) -> pd.DataFrame:
-    """One point per row of ``rows`` (already selected): measured, predicted, error, source; unpredicted rows
-    carry ``predicted = False`` and their ``reason``."""
+#: The predicted tails every point carries beside the median (ms).
+TAILS = ("ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p90", "tpot_ms_p99")
+
+
+def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency, *,
+                  latency_model: str = "steady-state", harness: str | None = None) -> pd.DataFrame:
+    """One point per row of ``rows`` (already selected): measured, predicted (median and tails), error, source,
+    the ``latency_model`` that predicted it; unpredicted rows carry ``predicted = False`` and their ``reason``.
+    ``harness`` overrides the harness a simulated row's source implies (:func:`row_harness`)."""
     cache = EngineCache()
     points = []
     for index, row in rows.iterrows():
@@ -305,20 +364,29 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
             "weights": setup.weights_note,
             "predicted": False,
             "reason": setup.reason,
+            "latency_model": latency_model if setup.mode in ("agg", "disagg") else "steady-state",
+            "harness": row_harness(row, harness) if latency_model == "simulated" and setup.mode in ("agg", "disagg")
+            else None,
         }
         for metric in METRICS:
             point[f"measured_{metric}"] = _measured(row, metric)
             point[f"predicted_{metric}"] = math.nan
             point[f"{metric}_error"] = math.nan
+        for tail in TAILS:
+            point[f"predicted_{tail}"] = math.nan
         if setup.reason is None and (point["isl"] is None or point["osl"] is None):
             point["reason"] = "ISL/OSL not recorded"
         if point["reason"] is None:
             try:
-                pred = predict_row(row, setup, gpu, eff, cache)
+                pred = predict_row(row, setup, gpu, eff, cache, latency_model=latency_model, harness=harness)
             except InputError as exc:
                 point["reason"] = f"{exc.field}: {exc.message}"
             else:
                 point["predicted"] = True
+                point["latency_model"] = pred.latency_model
+                for tail in TAILS:
+                    metric, p = tail.rsplit("_ms_p", 1)
+                    point[f"predicted_{tail}"] = pred.percentile(metric, int(p))
                 predicted = {"ttft_ms_p50": pred.ttft_ms, "tpot_ms_p50": pred.tpot_ms,
                              "tps_per_gpu": pred.tps_per_gpu}
                 for metric in METRICS:

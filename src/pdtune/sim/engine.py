@@ -32,9 +32,16 @@ from pdtune.sim.scheduler import Scheduler, StepPlan
 from pdtune.sim.stepcost import StepCost
 
 
+#: The fields of the batch that times a step (:meth:`Timeline.batch_array`'s columns): the busiest rank's, as
+#: :meth:`pdtune.sim.stepcost.StepCost.stage_seconds` takes them.
+BATCH_FIELDS = ("tokens", "seqs", "prefill_tokens", "attn_pairs", "decode_pairs", "kv_tokens_read", "logits",
+                "ep_tokens", "state_writes", "draft_passes")
+
+
 @dataclass
 class Timeline:
-    """Per step of one engine: when it ended, requests running and waiting, KV blocks used, tokens."""
+    """Per step of one engine: when it ended, requests running and waiting, KV blocks used, tokens, and the batch
+    that timed it (:data:`BATCH_FIELDS`, kept in segments: rows of single steps, arrays of bulk decode runs)."""
 
     t: list[float] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
@@ -43,6 +50,21 @@ class Timeline:
     tokens: list[int] = field(default_factory=list)
     prefill_tokens: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    batch_segments: list = field(default_factory=list, repr=False)
+
+    def add_batch(self, fields: tuple) -> None:
+        seg = self.batch_segments
+        if not seg or not isinstance(seg[-1], list):
+            seg.append([])
+        seg[-1].append(fields)
+
+    def add_batches(self, array: np.ndarray) -> None:
+        self.batch_segments.append(array)
+
+    def batch_array(self) -> np.ndarray:
+        """Every step's timing batch, one row per step (:data:`BATCH_FIELDS`), in step order."""
+        parts = [np.asarray(s, dtype=float).reshape(-1, len(BATCH_FIELDS)) for s in self.batch_segments]
+        return np.concatenate(parts) if parts else np.zeros((0, len(BATCH_FIELDS)))
 
 
 class SpecDecode:
@@ -92,6 +114,7 @@ class EngineCore:
         self.fast = False  # bulk decode runs (pdtune.sim.fastpath)
         self.horizon = lambda: math.inf  # the clock's: when something outside may change what the core sees
         self._d_min: float | None = None
+        self._timing_batch: tuple | None = None
 
     # ------------------------------------------------------------------------------------ inputs
 
@@ -155,6 +178,7 @@ class EngineCore:
             ep_tokens = per_rank[0][0]
         best: tuple[float, ...] | None = None
         writes = 1 + self.k
+        self._timing_batch = None
         for tokens, seqs, prefill, pairs, dpairs, kv, logits, drafts in per_rank:
             if tokens == 0:
                 if len(plans) == 1:
@@ -164,6 +188,7 @@ class EngineCore:
                                            drafts)
             if best is None or sum(secs) > sum(best):
                 best = secs
+                self._timing_batch = (tokens, seqs, prefill, pairs, dpairs, kv, logits, ep_tokens, writes, drafts)
         return best if best is not None else (0.0,) * self.cost.stages
 
     def _rank_batch(self, plan: StepPlan) -> tuple[int, int, int, float, float, float, int, int]:
@@ -284,3 +309,4 @@ class EngineCore:
         tl.tokens.append(tokens)
         tl.prefill_tokens.append(prefill)
         tl.seconds.append(seconds)
+        tl.add_batch(self._timing_batch or (0.0,) * len(BATCH_FIELDS))

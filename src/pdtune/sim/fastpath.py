@@ -9,7 +9,10 @@ blocks it takes are counted per step from where each request's next block starts
 order: a run frees nothing), and each step is timed and recorded like any other. The run stops before
 anything that would need the scheduler's full rules: a request two steps from its last token, a step whose
 blocks do not fit, an event from outside the engine (a request's arrival: routing reads the engine's counts),
-speculative decoding, sliding-window groups (they free blocks), pipeline parallelism. ``tests/test_sim_run.py``
+speculative decoding, pipeline parallelism. Sliding-window groups free the blocks that fall out of a request's
+window as it decodes: for them the run replays every block event in the scheduler's order (:func:`_window_plan`),
+and stops before an allocation that would fail or a step in which the waiting queue's head would fit.
+``tests/test_sim_run.py``
 checks that runs with and without it produce the same results, request by request.
 """
 
@@ -37,31 +40,112 @@ class InFlight:
 MIN_RUN = 4
 
 
-def _steady(sched: Scheduler, asynchronous: bool) -> bool:
+def _steady_head(sched: Scheduler, asynchronous: bool) -> tuple[bool, int | None]:
+    """Whether the rank is a steady decoder, and the blocks (watermark included) the waiting queue's head needs to
+    be admitted, None when the waiting loop will not look at it."""
     cfg = sched.config
     if cfg.num_spec_tokens or sched.kv_holding_waiting:
-        return False
+        return False, None
     ph = 1 if asynchronous else 0
     for r in sched.running:
         if (r.is_prefill_chunk or r.num_output_placeholders != ph or r.spec_tokens or r.num_stale_output_tokens
                 or r.num_in_flight_tokens != ph or r.status is not Status.RUNNING):
-            return False
+            return False, None
     if sched.waiting:
         if len(sched.running) >= cfg.max_num_seqs or len(sched.running) >= cfg.max_num_batched_tokens:
-            return True  # the waiting loop stops before it looks at a request
+            return True, None  # the waiting loop stops before it looks at a request
         head = sched.waiting[0]
         if head.num_stale_output_tokens or head.status not in (Status.WAITING, Status.PREEMPTED):
-            return False
+            return False, None
         if head.num_computed_tokens:
-            return False
-        # Its whole prompt must not fit now; decoding only takes blocks, so it will not fit during the run.
+            return False, None
+        # Its whole prompt must not fit now; decoding only takes blocks (sliding windows aside: _window_plan
+        # stops the run before the step at which it would fit), so it will not fit during the run.
         kv = sched.kv
         full = min(head.num_tokens, cfg.max_model_len)
         need = kv.blocks_to_allocate(head, full, cap=True)
         watermark = kv.watermark_blocks if sched.running else 0
         if need + watermark <= kv.pool.num_free:
-            return False
-    return True
+            return False, None
+        return True, need + watermark
+    return True, None
+
+
+def _window_plan(sched: Scheduler, k: int, asynchronous: bool, head_need: int | None
+                 ) -> tuple[int, list[tuple[int, int, int, int]], np.ndarray] | None:
+    """A rank with sliding-window groups: every block event of the next ``k`` schedules, in the scheduler's
+    order, and how many of those steps can run as pure decode steps.
+
+    ``KVCacheManager.allocate_slots`` first frees the blocks that fell out of a request's window
+    (``remove_skipped_blocks``, on the processed tokens ``computed - in_flight``), then takes the new ones, request
+    by request in running order; a request's allocation fails when its groups' new blocks exceed the free ones;
+    after the running requests the waiting loop admits its head when its whole prompt fits. Events are (step,
+    position in the running queue, 0 free / 1 take, group); returns (steps that run, events, net blocks taken per
+    step), or None when a request is not a steady decoder."""
+    kv = sched.kv
+    lookahead = sched.config.num_lookahead_tokens
+    ph = 1 if asynchronous else 0
+    steps, places, kinds, groups = [], [], [], []
+    for gi, g in enumerate(kv.groups):
+        if g.kind not in (FULL, SLIDING):
+            continue  # recurrent groups hold their blocks for the whole request
+        per = kv.req[gi]
+        b = g.block_size
+        for pos, r in enumerate(sched.running):
+            rb = per.get(r.rid)
+            held = rb.n if rb is not None else 0
+            first = held * b - r.num_computed_tokens - lookahead
+            if first < 0:
+                return None  # short of blocks already: not a steady decoder
+            take = np.arange(first, k, b, dtype=np.int64)
+            steps.append(take)
+            places.append(np.full(take.size, pos))
+            kinds.append(np.ones(take.size, dtype=np.int64))
+            groups.append(np.full(take.size, gi))
+            if g.kind == SLIDING:
+                assert g.sliding_window is not None
+                j = np.arange(k, dtype=np.int64)
+                skipped = np.maximum(0, r.num_computed_tokens + j - ph - g.sliding_window + 1 - g.extra_retained) // b
+                nulls = rb.nulls if rb is not None else 0
+                freed = np.maximum(skipped, nulls)
+                at = np.nonzero(np.diff(np.concatenate(([nulls], freed))))[0]
+                if (np.diff(np.concatenate(([nulls], freed))) > 1).any():
+                    return None  # more than one block out of the window in one step: left to the scheduler
+                steps.append(at)
+                places.append(np.full(at.size, pos))
+                kinds.append(np.zeros(at.size, dtype=np.int64))
+                groups.append(np.full(at.size, gi))
+    if not steps:
+        return k, [], np.zeros(k, dtype=np.int64)
+    j_all, p_all, t_all, g_all = (np.concatenate(x) for x in (steps, places, kinds, groups))
+    order = np.lexsort((g_all, t_all, p_all, j_all))
+    events = list(zip(j_all[order].tolist(), p_all[order].tolist(), t_all[order].tolist(), g_all[order].tolist()))
+    free = kv.pool.num_free
+    net = np.zeros(k, dtype=np.int64)
+    i, n = 0, len(events)
+    limit = k
+    for step in range(k):
+        while i < n and events[i][0] == step:
+            pos = events[i][1]
+            frees = takes = 0
+            while i < n and events[i][0] == step and events[i][1] == pos:
+                if events[i][2]:
+                    takes += 1
+                else:
+                    frees += 1
+                i += 1
+            free += frees
+            if takes > free:
+                limit = step  # this allocation fails: the scheduler preempts
+                break
+            free -= takes
+            net[step] += takes - frees
+        if limit < k:
+            break
+        if head_need is not None and free >= head_need:
+            limit = step  # the waiting head would be admitted in this step
+            break
+    return limit, [e for e in events if e[0] < limit], net
 
 
 def _block_needs(sched: Scheduler, k: int) -> np.ndarray:
@@ -102,8 +186,7 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     if core.cost.stages != 1 or core.depth > 2:
         return None
     ranks: list[Scheduler] = core.ranks
-    if any(g.kind == SLIDING for g in ranks[0].kv.groups):
-        return None
+    windowed = any(g.kind == SLIDING for g in ranks[0].kv.groups)
     if asynchronous:
         if len(core.queue) != 1:
             return None
@@ -119,7 +202,8 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
                 return None
     elif core.queue:
         return None
-    if not all(_steady(s, asynchronous) for s in ranks):
+    heads = [_steady_head(s, asynchronous) for s in ranks]
+    if not all(ok for ok, _ in heads):
         return None
     if not any(s.running for s in ranks):
         return None
@@ -134,16 +218,25 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     k = min(k, 4096)
     # Blocks: each rank's cumulative needs must fit its free blocks.
     needs = []
-    for s in ranks:
-        need = _block_needs(s, k)
-        if need is None:
-            return None
-        cum = np.cumsum(need)
-        fits = int(np.searchsorted(cum, s.kv.pool.num_free, side="right"))
+    events: list[list[tuple[int, int, int, int]]] | None = [] if windowed else None
+    for s, (_, head_need) in zip(ranks, heads, strict=True):
+        if windowed:
+            plan = _window_plan(s, k, asynchronous, head_need)
+            if plan is None:
+                return None
+            fits, ev, need = plan
+            events.append(ev)  # type: ignore[union-attr]
+        else:
+            need = _block_needs(s, k)
+            if need is None:
+                return None
+            cum = np.cumsum(need)
+            fits = int(np.searchsorted(cum, s.kv.pool.num_free, side="right"))
         k = min(k, fits)
         needs.append(need)
     if k < MIN_RUN:
         return None
+    needs = [n[:k] for n in needs]
     # Time the steps; stop before the first update at or after the horizon.
     cost = core.cost
     n_per = [len(s.running) for s in ranks]
@@ -151,39 +244,57 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     dp = core.dp_ep
     ep = sum(n if n else 1 for n in n_per) if dp > 1 else n_per[0]
     writes = 1 + core.k
-    ends: list[float] = []
-    secs: list[float] = []
-    t = max(now, core.stage_free[0])
-    first_update = core.queue[0].end if asynchronous else None
-    for j in range(k):
-        best = 0.0
-        for n, c0 in zip(n_per, kv0, strict=True):
-            if n == 0:
-                if len(n_per) == 1:
-                    continue
-                d = sum(cost.stage_seconds(1, 1, 0, 0.0, 0.0, 0.0, 1, ep, writes, 0))
-            else:
-                kv = c0 + n * j
-                d = sum(cost.stage_seconds(n, n, 0, kv + n, kv + n, kv, n, ep, writes, 0))
-            best = max(best, d)
-        update = (first_update if j == 0 else ends[j - 1]) if asynchronous else t + best
-        if update >= horizon:
-            break
-        before = t
-        t = t + best
-        ends.append(t)
-        secs.append(t - before)  # as the engine records it (end - start)
+    # Every step's duration at once (StepCost.decode_run_seconds): the busiest rank's, an idle rank running a
+    # one-token dummy batch (as EngineCore._batch_seconds times the lockstep step).
+    best = np.zeros(k)
+    who = np.zeros(k, dtype=int)  # the rank whose batch times each step (the first of equals, as the engine)
+    for i, (n, c0) in enumerate(zip(n_per, kv0, strict=True)):
+        if n == 0:
+            if len(n_per) == 1:
+                continue
+            d = np.full(k, sum(cost.stage_seconds(1, 1, 0, 0.0, 0.0, 0.0, 1, ep, writes, 0)))
+        else:
+            d = cost.decode_run_seconds(n, c0, k, ep, writes)
+        if i == 0:
+            best = d
+        else:
+            who = np.where(d > best, i, who)
+            best = np.maximum(best, d)
+    t0 = max(now, core.stage_free[0])
+    ends_all = np.cumsum(np.concatenate(([t0], best)))[1:]  # sequential sums: the engine's own t + d
+    # Stop before the first update at or after the horizon: async, the j-th step's schedule point follows the
+    # update of the batch before it (the one in flight for j = 0); sync, its own end.
+    if asynchronous:
+        updates = np.concatenate(([core.queue[0].end], ends_all[:-1]))
+    else:
+        updates = ends_all
+    m_ok = int(np.searchsorted(updates, horizon, side="left"))
+    ends = ends_all[:m_ok].tolist()
+    starts = np.concatenate(([t0], ends_all[:-1]))[:m_ok]
+    secs = (ends_all[:m_ok] - starts).tolist()  # as the engine records it (end - start)
     m = len(ends)
     if m < MIN_RUN:
         return None
-    _apply(core, ranks, m, ends, secs, needs, asynchronous)
+    if core.record:
+        # The batch that timed each step: the busiest rank's (an idle rank's one-token dummy batch).
+        j = np.arange(m, dtype=float)
+        n = np.asarray(n_per, dtype=float)[who[:m]]
+        kv = np.asarray(kv0)[who[:m]] + n * j
+        idle = n == 0
+        n1 = np.where(idle, 1.0, n)
+        pairs = np.where(idle, 0.0, kv + n)
+        kv = np.where(idle, 0.0, kv)
+        core.timeline.add_batches(np.column_stack([n1, n1, np.zeros(m), pairs, pairs, kv, n1, np.full(m, ep),
+                                                   np.full(m, writes), np.zeros(m)]))
+    _apply(core, ranks, m, ends, secs, needs, asynchronous, events)
     if asynchronous:
         return ends[m - 2] if m >= 2 else core.queue[0].end
     return ends[-1]
 
 
 def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[float],  # type: ignore[no-untyped-def]
-           needs: list[np.ndarray], asynchronous: bool) -> None:
+           needs: list[np.ndarray], asynchronous: bool,
+           events: list[list[tuple[int, int, int, int]]] | None = None) -> None:
     """Advance every counter as ``m`` scheduled (and, async, ``m`` updated) decode steps would."""
 
     # Async: the batch in flight is updated at the first step's schedule point, then each new batch at the
@@ -212,9 +323,28 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
     for si, sched in enumerate(ranks):
         kv = sched.kv
         sched.finished_req_ids = []
-        kv.pool.take(int(needs[si][:m].sum()))
         lookahead = sched.config.num_lookahead_tokens
-        full = [(gi, g.block_size) for gi, g in enumerate(kv.groups) if g.kind == FULL]
+        if events is None:
+            kv.pool.take(int(needs[si][:m].sum()))
+        else:
+            # Block by block in the scheduler's order: out-of-window blocks back to the pool (hashed ones to the
+            # back of the free queue, unhashed to its front, as _free_range puts them), new ones from its front.
+            anonymous = kv.enable_caching
+            for step, pos, kind, gi in events[si]:
+                if step >= m:
+                    break
+                if kind:
+                    kv.pool.take(1)
+                else:
+                    rb = kv.req[gi][sched.running[pos].rid]
+                    # Behind the window every block is full and hashed (the hashes run a block or two behind
+                    # the newest token) when prefix caching is on; none is without it.
+                    if anonymous:
+                        kv.pool.give_anonymous(1)
+                    else:
+                        kv.pool.give_unhashed(1)
+                    rb.nulls += 1
+        full = [(gi, g.block_size) for gi, g in enumerate(kv.groups) if g.kind in (FULL, SLIDING)]
         for r in sched.running:
             r.num_computed_tokens += m
             r.num_output_tokens += m

@@ -32,7 +32,7 @@ class SimRequest:
         "num_computed_tokens", "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens",
         "drop_stale_output", "spec_tokens", "is_prefill_chunk", "status", "num_preemptions", "remote_prefill",
         "kv_ready", "rank", "t_send", "t_arrive", "t_first", "t_last", "token_times", "token_counts",
-        "pending_send", "client", "warmup", "prefill_done_at", "transfer_s", "target", "partner",
+        "pending_send", "client", "warmup", "prefill_done_at", "transfer_s", "target", "partner", "front_scale",
     )
 
     def __init__(self, rid: str, num_prompt_tokens: int, max_tokens: int, *, index: int = 0,
@@ -70,6 +70,7 @@ class SimRequest:
         self.transfer_s = 0.0  # P/D: the KV transfer's seconds
         self.target = 0  # the DP target inside its engine (the load balancer's index)
         self.partner: SimRequest | None = None  # P/D: the prefill request of a decode request, and back
+        self.front_scale = 1.0  # this request's front-end time over the mean (the spread's draw)
 
     @property
     def num_tokens(self) -> int:

@@ -44,6 +44,7 @@ class RequestRecord:
     preemptions: int
     kv_transfer_s: float = 0.0
     chunk_tokens: tuple[int, ...] = ()  # tokens in each chunk (more than 1 with speculative decoding)
+    front_scale: float = 1.0  # this request's front-end time over the mean (SimConfig.overhead_cv's draw)
 
     @property
     def ttft(self) -> float:

@@ -247,7 +247,8 @@ class Clients:
             overhead = self.overhead
             if self.cv > 0 and overhead > 0:
                 shape = 1.0 / (self.cv * self.cv)  # a gamma of mean 1 and this coefficient of variation
-                overhead *= float(self.rng.gamma(shape, 1.0 / shape))
+                r.front_scale = float(self.rng.gamma(shape, 1.0 / shape))
+                overhead *= r.front_scale
             self.clock.at(t + overhead, self.arrive, r, t + overhead)
 
     def finished(self, request: SimRequest, t: float) -> None:
@@ -276,7 +277,7 @@ def request_records(requests: list[SimRequest], isl_extra: int = 0) -> list[Requ
     for r in sorted(requests, key=lambda r: r.index):
         out.append(RequestRecord(r.index, r.rank, r.num_prompt_tokens - isl_extra, r.max_tokens, r.t_send,
                                  r.t_arrive, r.t_first, r.t_last, tuple(r.token_times), r.num_preemptions,
-                                 r.transfer_s, tuple(r.token_counts)))
+                                 r.transfer_s, tuple(r.token_counts), r.front_scale))
     return out
 
 

@@ -15,22 +15,30 @@ make a cache exact:
 :class:`StepCost` builds the terms once per key and the slopes once per kind of step (with or without prefill,
 number of draft passes), checks them against a direct evaluation at a second point, and then times a step as
 ``const + sum over kinds of max(compute_s / compute, memory_s / hbm)``: :meth:`StepTerms.seconds` with the
-efficiency factors of each kind (``Efficiency.fractions``). A model with sliding-window layers is not affine
-(a window's share of the context is a ratio): it is timed exactly, one :meth:`Engine.stage_terms` per distinct
-batch. :meth:`StepCost.with_efficiency` re-times with other factors and keeps the terms (calibration).
+efficiency factors of each kind (``Efficiency.fractions``). A model with sliding-window layers is not affine in
+those three fields (a window's share of the context is a ratio), but it is in six: the three and the window's
+own (:func:`pdtune.perfmodel.engine.window_fields`: prompt pairs inside the window, decode pairs and KV tokens
+inside it), which :meth:`Engine.stage_terms` takes apart, so it is cached the same way. A model that fails the
+affinity check is timed exactly, one :meth:`Engine.stage_terms` per distinct batch.
+:meth:`StepCost.with_efficiency` re-times with other factors and keeps the terms (calibration);
+:meth:`StepCost.decode_run_seconds` times a run of pure decode steps at once (numpy), for the fast path;
+:meth:`StepCost.terms` gives a step's :class:`StepTerms` from the cache (the simulated fit's linearisation).
 ``tests/test_sim_stepcost.py`` checks the cache equals :meth:`Engine.step_time` on random batches.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pdtune.model.spec import LayerKind
+import numpy as np
+
 from pdtune.perfmodel.efficiency import Efficiency
-from pdtune.perfmodel.engine import Batch, Engine, StepTerms
+from pdtune.perfmodel.engine import Batch, Engine, StepTerms, window_fields
 
-#: The fields that change every step, in this order.
+#: The fields that change every step, in this order; a sliding-window model adds the window's three
+#: (:func:`pdtune.perfmodel.engine.window_fields`).
 AFFINE = ("attn_pairs", "decode_pairs", "kv_tokens_read")
+WINDOW = ("pre_window", "decode_pairs_in_window", "kv_tokens_in_window")
 _PROBE = float(2**20)
 
 
@@ -57,9 +65,9 @@ class StepCost:
         self._slopes: dict[tuple, list[tuple[tuple[tuple[float, ...], ...], ...]]] = (
             _slopes if _slopes is not None else {})
         self._base: dict[tuple, list[_StageBase]] = {}
-        if _exact is None:
-            _exact = any(layer.kind is LayerKind.SLIDING_ATTENTION for layer in engine.costs.layers)
-        self.exact = _exact
+        self.window = engine.sliding_window
+        self.fields = len(AFFINE) + (len(WINDOW) if self.window else 0)
+        self.exact = bool(_exact)
         self._exact_cache: dict[Batch, tuple[float, ...]] = {}  # seconds at these factors
         self._exact_terms: dict[Batch, list[StepTerms]] = _exact_terms if _exact_terms is not None else {}
         self.evaluations = 0  # Engine.stage_terms calls made (the expensive part)
@@ -71,9 +79,18 @@ class StepCost:
 
     # --------------------------------------------------------------------------------------- terms
 
-    def _stage_terms(self, batch: Batch) -> list[StepTerms]:
+    def _stage_terms(self, batch: Batch, window: tuple[float, float, float] | None = None) -> list[StepTerms]:
         self.evaluations += 1
+        if self.window:
+            if window is None:
+                window = window_fields(self.window, batch.seqs, batch.prefill_tokens, batch.attn_pairs,
+                                       batch.decode_pairs, batch.kv_tokens_read)
+            return self.engine.stage_terms(batch, window)
         return self.engine.stage_terms(batch)
+
+    def _at(self, key: tuple, x: list[float]) -> list[StepTerms]:
+        """The engine's terms at the affine fields ``x`` (three, or six with a window held apart)."""
+        return self._stage_terms(_batch(key, x[:3]), tuple(x[3:]) if self.window else None)  # type: ignore[arg-type]
 
     def _slopes_for(self, cls: tuple, key: tuple) -> list[tuple[tuple[tuple[float, ...], ...], ...]]:
         """Per stage, per kind: the compute and memory seconds per unit of each affine field."""
@@ -81,22 +98,23 @@ class StepCost:
         if slopes is not None:
             return slopes
         base = self._zero_terms(key)
+        n = self.fields
         probes = []
-        for j in range(3):
-            x = [0.0, 0.0, 0.0]
+        for j in range(n):
+            x = [0.0] * n
             x[j] = _PROBE
-            probes.append(self._stage_terms(_batch(key, x)))
+            probes.append(self._at(key, x))
         out = []
         for s in range(self.stages):
             per_kind_c = []
             per_kind_m = []
             for k in range(len(base[s].kinds)):
-                per_kind_c.append(tuple((probes[j][s].compute_s[k] - base[s].compute_s[k]) / _PROBE for j in range(3)))
-                per_kind_m.append(tuple((probes[j][s].memory_s[k] - base[s].memory_s[k]) / _PROBE for j in range(3)))
+                per_kind_c.append(tuple((probes[j][s].compute_s[k] - base[s].compute_s[k]) / _PROBE for j in range(n)))
+                per_kind_m.append(tuple((probes[j][s].memory_s[k] - base[s].memory_s[k]) / _PROBE for j in range(n)))
             out.append((tuple(per_kind_c), tuple(per_kind_m)))
         # Check affinity at another point; a model that is not affine is timed exactly from now on.
-        x = (_PROBE / 3, _PROBE / 7, _PROBE / 5)
-        direct = self._stage_terms(_batch(key, list(x)))
+        x = [_PROBE / d for d in (3, 7, 5, 11, 13, 17)[:n]]
+        direct = self._at(key, x)
         for s in range(self.stages):
             for k in range(len(base[s].kinds)):
                 c = base[s].compute_s[k] + sum(a * b for a, b in zip(out[s][0][k], x, strict=True))
@@ -109,7 +127,7 @@ class StepCost:
     def _zero_terms(self, key: tuple) -> list[StepTerms]:
         terms = self._terms.get(key)
         if terms is None:
-            terms = self._terms[key] = self._stage_terms(_batch(key, [0.0, 0.0, 0.0]))
+            terms = self._terms[key] = self._at(key, [0.0] * self.fields)
         return terms
 
     def _stage_base(self, key: tuple) -> list[_StageBase]:
@@ -123,6 +141,41 @@ class StepCost:
             out.append(_StageBase(t.kinds, t.compute_s, t.memory_s, t.seconds(self.eff) - roof))
         self._base[key] = out
         return out
+
+    def _fields(self, seqs: float, prefill_tokens: float, attn_pairs: float, decode_pairs: float,
+                kv_tokens_read: float) -> tuple[float, ...]:
+        if not self.window:
+            return (attn_pairs, decode_pairs, kv_tokens_read)
+        return (attn_pairs, decode_pairs, kv_tokens_read,
+                *window_fields(self.window, seqs, prefill_tokens, attn_pairs, decode_pairs, kv_tokens_read))
+
+    def terms(self, batch: Batch) -> StepTerms:
+        """The step's :class:`StepTerms` (every stage in turn), from the cached terms and slopes: what
+        :meth:`seconds` times, for a fit that re-times many steps at once (:mod:`pdtune.perfmodel.simulated`)."""
+        key = (batch.tokens, batch.seqs, batch.prefill_tokens, batch.logits, batch.ep_tokens, batch.state_writes,
+               batch.draft_passes)
+        x = self._fields(batch.seqs, batch.prefill_tokens, batch.attn_pairs, batch.decode_pairs,
+                         batch.kv_tokens_read)
+        if self.exact:
+            stages = self._at(key, list(x))
+        else:
+            base = self._zero_terms(key)
+            slopes = self._slopes_for((batch.prefill_tokens > 0, batch.draft_passes, tuple(b.kinds for b in base)),
+                                      key)
+            if self.exact:
+                stages = self._at(key, list(x))
+            else:
+                stages = []
+                for t, (cs, ms) in zip(base, slopes, strict=True):
+                    comp = tuple(c0 + sum(a * b for a, b in zip(c, x, strict=True))
+                                 for c0, c in zip(t.compute_s, cs, strict=True))
+                    mem = tuple(m0 + sum(a * b for a, b in zip(m, x, strict=True))
+                                for m0, m in zip(t.memory_s, ms, strict=True))
+                    stages.append(replace(t, compute_s=comp, memory_s=mem))
+        total = stages[0]
+        for t in stages[1:]:
+            total = total + t
+        return total
 
     # ------------------------------------------------------------------------------------- timing
 
@@ -152,6 +205,17 @@ class StepCost:
             return hit
         fractions = self._fractions
         out = []
+        if self.window:
+            x = self._fields(seqs, prefill_tokens, attn_pairs, decode_pairs, kv_tokens_read)
+            for stage, (cs, ms) in zip(base, slopes, strict=True):
+                total = stage.const
+                for kind, c0, m0, c, m in zip(stage.kinds, stage.compute, stage.memory, cs, ms, strict=True):
+                    compute, hbm = fractions[kind]
+                    cc = c0 + sum(a * b for a, b in zip(c, x))
+                    mm = m0 + sum(a * b for a, b in zip(m, x))
+                    total += max(cc / compute, mm / hbm)
+                out.append(total)
+            return tuple(out)
         for stage, (cs, ms) in zip(base, slopes, strict=True):
             total = stage.const
             for kind, c0, m0, c, m in zip(stage.kinds, stage.compute, stage.memory, cs, ms, strict=True):
@@ -161,6 +225,39 @@ class StepCost:
                 total += max(cc / compute, mm / hbm)
             out.append(total)
         return tuple(out)
+
+    def decode_run_seconds(self, n: int, kv0: float, k: int, ep_tokens: float, state_writes: int = 1) -> np.ndarray:
+        """Seconds of ``k`` pure decode steps of ``n`` sequences, one token each, the ``j``-th reading
+        ``kv0 + n j`` cached tokens (a one-stage engine): :meth:`stage_seconds` of each, at once."""
+        key = (n, n, 0, n, ep_tokens, state_writes, 0)
+        j = np.arange(k, dtype=float)
+        kv = kv0 + n * j
+        pairs = kv + n
+        if self.exact:
+            return np.array([sum(self.stage_seconds(n, n, 0, float(p), float(p), float(c), n, ep_tokens,
+                                                    state_writes, 0)) for p, c in zip(pairs, kv, strict=True)])
+        base = self._stage_base(key)
+        slopes = self._slopes_for((False, 0, tuple(b.kinds for b in base)), key)
+        if self.exact:
+            return self.decode_run_seconds(n, kv0, k, ep_tokens, state_writes)
+        x = [pairs, pairs, kv]
+        if self.window:
+            share = np.where(kv > self.window * n, self.window * n / np.maximum(kv, 1e-300), 1.0)
+            x += [np.zeros(k), pairs * share, kv * share]
+        total = np.zeros(k)
+        for stage, (cs, ms) in zip(base, slopes, strict=True):
+            total += stage.const
+            for kind, c0, m0, c, m in zip(stage.kinds, stage.compute, stage.memory, cs, ms, strict=True):
+                compute, hbm = self._fractions[kind]
+                # The same operations in the same order as stage_seconds, so a run equals its steps exactly.
+                if self.window:
+                    cc = c0 + sum(a * b for a, b in zip(c, x))
+                    mm = m0 + sum(a * b for a, b in zip(m, x))
+                else:
+                    cc = c0 + c[0] * x[0] + c[1] * x[1] + c[2] * x[2]
+                    mm = m0 + m[0] * x[0] + m[1] * x[1] + m[2] * x[2]
+                total += np.maximum(cc / compute, mm / hbm)
+        return total
 
     def seconds(self, batch: Batch) -> float:
         """The step's latency (every stage in turn) for a :class:`Batch`."""
