@@ -153,9 +153,7 @@ def test_every_page_of_the_book_renders_offline(book_reports: list[PageReport]) 
 
 #: Pages still over the length rule, each with who is shortening it. A page listed here must still be over
 #: (else take it off the list); every other page must keep within 2,500 words and 6,300 px.
-LENGTH_PENDING: dict[str, str] = {
-    "notebooks/06_decode.html": "bookiso (issue 21)",
-}
+LENGTH_PENDING: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
