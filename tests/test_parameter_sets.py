@@ -34,6 +34,7 @@ from bs4 import BeautifulSoup
 
 from pdtune.capacity import layout_room, scenario_waterfall, topology_capacity
 from pdtune.chapters import state as ch1
+from pdtune.chapters.trust import shown_name as ch8_name
 from pdtune.cli import main
 from pdtune.gpus import load_gpu
 from pdtune.model import load_model
@@ -427,7 +428,10 @@ MEASURED_COVERAGE: dict[str, str | None] = {
     "qwen3-next-80b-h200": None,
     "llama-3.1-70b-h200": "llama-3.1-70b on H200",
     "qwen3-235b-h200": None,
+    "kimi-k2-fp8-b200": None,
 }
+#: The nearest model chapter 8 opens on where the measurements lack the set's own (issue 21).
+NEAREST = {"kimi-k2-fp8-b200": "kimi-k2.5"}
 
 
 @pytest.mark.parametrize("name", each(*MEASURED_COVERAGE))
@@ -435,7 +439,7 @@ def test_chapter_8_and_the_measured_sections_say_whether_real_runs_cover_the_mod
                                                                                     name: str) -> None:
     run = runs[name]
     covered = MEASURED_COVERAGE[name]
-    model = run.scenario.model
+    model = ch8_name(run.scenario.model)  # the name the chapter prints (a folder's name, never its path)
     yours, prefill, decode = (run.glued[k] for k in ("trust-yours", "prefill-real-note", "decode-real-note"))
     if covered:
         assert yours.startswith(f"The measurements cover {covered}: ")
@@ -443,6 +447,8 @@ def test_chapter_8_and_the_measured_sections_say_whether_real_runs_cover_the_mod
         assert decode.startswith("Real vLLM measurements of this model exist")
     else:
         assert f"have no vLLM rows of {model}" in yours
+        if name in NEAREST:
+            assert f"The nearest model they hold is {NEAREST[name]} (" in yours
         assert f"There are no real vLLM measurements of {model}" in prefill
         assert f"There are no real vLLM measurements of {model}" in decode
     assert run.glued["trust-rows"] == runs["article"].glued["trust-rows"] > 1000  # the same public rows for every set

@@ -8,9 +8,11 @@ compared, so a change to pdtune.perfmodel that moves a prediction fails here unt
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 import pytest
 
 from pdtune.chapters import frontier as ch7
@@ -112,6 +114,23 @@ def test_your_model_says_whether_the_measurements_cover_it(card: ch8.Scorecard, 
                                                              covered: str) -> None:
     text, table = ch8.your_model(card, model, gpu)
     assert covered in text
+
+
+@pytest.mark.parametrize(("model", "nearest"), [
+    # MLA and MoE like Kimi-K2.5 (the Kimi-K2-like config of issue 21 and DeepSeek-V3 both)
+    (str(Path(__file__).parent / "fixtures" / "models" / "kimi-k2-like"), "kimi-k2.5"),
+    ("deepseek-v3", "kimi-k2.5"),
+    # per-head attention MoE: Qwen3-235B-A22B is the FP8 checkpoint's own architecture, 235 B parameters
+    ("qwen3-235b-a22b", "qwen3-235b-a22b-fp8"),
+    ("llama-3.1-8b", "qwen3-32b"),  # dense, per-head attention: the nearest size of the dense ones
+])
+def test_a_model_the_measurements_lack_opens_on_the_nearest_they_hold(card: ch8.Scorecard, model: str,
+                                                                    nearest: str) -> None:
+    """Issue 21: chapter 8 opens on the nearest model in the data (a Kimi-K2-like set read llama-3.1-70b on
+    H200 though Kimi-K2.5 on B200 is in it): same attention, MoE or dense, recurrent state, then size."""
+    text, table = ch8.your_model(card, model, "b200")
+    assert "have no vLLM rows of" in text and f"The nearest model they hold is {nearest} (" in text
+    assert set(table["model"]) == {nearest} and (table["rows"] > 0).all()
 
 
 def test_sweeps_for_chapters_5_and_6_pair_measured_and_modeled() -> None:

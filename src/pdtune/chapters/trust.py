@@ -359,15 +359,53 @@ def shown_name(model: str) -> str:
     return model_key(str(model).removesuffix("config.json").rstrip("/"))
 
 
+def _shape(spec: Any) -> tuple[str, str, str]:
+    """What decides a model's step costs most: its attention, MoE or dense, recurrent state or none."""
+    return ("MLA" if spec.mla is not None else "per-head attention", "MoE" if spec.moe is not None else "dense",
+            "hybrid" if spec.is_hybrid else "attention only")
+
+
+def nearest_scored(model: str, keys: list[str]) -> tuple[str, str] | None:
+    """The scored model most like ``model`` (a name, a folder or a config.json) and why: the fewest differences
+    in :func:`_shape`, then the nearest total parameter count (by ratio). None when ``model`` cannot be read."""
+    from pdtune.model import bundled_models, load_model
+    from pdtune.paramcount import count_parameters
+
+    try:
+        spec = load_model(model)
+    except (InputError, OSError):
+        return None
+    bundled = set(bundled_models())
+    mine, size = _shape(spec), count_parameters(spec).total
+
+    def distance(key: str) -> tuple[int, float]:
+        other = load_model(key)
+        return (sum(a != b for a, b in zip(mine, _shape(other), strict=True)),
+                abs(math.log(count_parameters(other).total / size)))
+
+    candidates = [k for k in keys if k in bundled]
+    if not candidates or size <= 0:
+        return None
+    best = min(candidates, key=lambda k: (distance(k), k))
+    return best, ", ".join(_shape(load_model(best)))
+
+
 def your_model(card: Scorecard, model: str, gpu: str) -> tuple[str, pd.DataFrame]:
-    """A sentence on whether the measurements cover this parameter set's model (and GPU), and its errors there."""
+    """A sentence on whether the measurements cover this parameter set's model (and GPU), and its errors there;
+    for a model they do not hold, the nearest one they do (:func:`nearest_scored`) and its errors."""
     key = model_key(model)
-    model = shown_name(model)
+    given, model = model, shown_name(model)
     mine = card.lomo[card.lomo["model_key"] == key]
     if not len(mine):
-        return (f"The measurements have no vLLM rows of {model}, so no prediction this book makes for it has been "
-                f"checked against a measurement; the errors above, on {card.rows['model_key'].nunique()} other "
-                "models, are the best guide to how far off it may be.", pd.DataFrame())
+        text = (f"The measurements have no vLLM rows of {model}, so no prediction this book makes for it has been "
+                "checked against a measurement")
+        near = nearest_scored(given, sorted(card.rows["model_key"].unique()))
+        if near is None:
+            return (text + f"; the errors above, on {card.rows['model_key'].nunique()} other models, are the best "
+                    "guide to how far off it may be.", pd.DataFrame())
+        table = validation_table(Scorecard(card.rows[card.rows["model_key"] == near[0]]))
+        return (text + f". The nearest model they hold is {near[0]} ({near[1]}, as {model}); its errors below are "
+                "the best guide to how far off it may be.", table[table["model"] != "all"])
     table = validation_table(Scorecard(card.rows[card.rows["model_key"] == key]))
     table = table[table["model"] != "all"]
     on_gpu = table[table["gpu"] == gpu.lower()]
