@@ -219,8 +219,13 @@ def largest_miss_sentence(card: Scorecard) -> str:
             f"{what} ({', '.join(others)}).")
     cal = r["calibrated_ttft_median_error_pct"]
     if isinstance(cal, float) and not math.isnan(cal):
-        text += (f" Calibrated on its own other deployments it is {cal:.0f} % off: the miss is in the fitted factors, "
-                 "which calibration moves, not in the structure of the model.")
+        share = 1 - cal / r["uncalibrated_ttft_median_error_pct"]
+        if share >= 0.5:  # calibration takes most of it away: the factors were off
+            text += (f" Calibrated on its own other deployments it is {cal:.0f} % off: most of the miss is in the "
+                     "fitted factors, which calibration moves, not in the structure of the model.")
+        else:
+            text += (f" Calibrated on its own other deployments it is still {cal:.0f} % off, {share * 100:.0f} % of the miss "
+                     "removed: most of it is in the structure of the model, which no factor moves.")
     return text
 
 
