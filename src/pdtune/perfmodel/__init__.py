@@ -14,6 +14,7 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.efficiency` — the global efficiency factors and the MTP acceptance rate;
 * :mod:`.defaults` — the factors each GPU uses by default, and their source;
 * :mod:`.validation` — predicted beside measured for every matching result row, and the error summaries;
+* :mod:`.compiled` — a row's prediction compiled once into step terms the factors scale (the fits' unit);
 * :mod:`.fit`, :mod:`.calibrate`, :mod:`.heldout` — fitting the factors on measured sweeps, holding out whole
   deployments, leave-one-model-out scores;
 * :mod:`.inferencex` — the check against InferenceX's measured GB200 DeepSeek-R1 points;

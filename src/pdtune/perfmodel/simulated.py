@@ -16,7 +16,7 @@ scheduling decisions held fixed, both are sums of step times, and a step's time 
 :meth:`pdtune.perfmodel.engine.StepTerms.seconds` of the factors. :func:`linear_form` writes the median request's
 TTFT and TPOT that way (the requests within :data:`BAND` of the median, averaged and scaled to it, so that the form
 does not jump from one request to another), with the steps grouped by their batch: a
-:class:`~pdtune.perfmodel.validation.CompiledPoint`, exactly what the steady-state fit compiles. A fit through
+:class:`~pdtune.perfmodel.compiled.CompiledPoint`, exactly what the steady-state fit compiles. A fit through
 the simulator (not built yet: ``calibrate`` and the shipped defaults fit the steady-state form) would alternate:
 simulate every row at the current factors, fit the factors on the linear forms (``scipy.optimize.least_squares``),
 simulate again at the new ones. At the
@@ -37,7 +37,7 @@ from pdtune.errors import InputError
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, StepTerms
 from pdtune.perfmodel.sweeps import Prediction
-from pdtune.perfmodel.validation import CompiledPoint
+from pdtune.perfmodel.compiled import CompiledPoint
 from pdtune.sim import SimConfig, SimResult, StepCost, closed_loop, simulate, simulate_disagg
 from pdtune.sim.engine import BATCH_FIELDS
 from pdtune.sim.workload import Workload

@@ -36,6 +36,7 @@ from pdtune.gpus import GpuSpec
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.aggregated import AggPlan, agg_config, agg_plan, agg_prediction
 from pdtune.perfmodel.efficiency import Efficiency
+from pdtune.perfmodel.compiled import CompiledPoint
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTerms, build_engine
 from pdtune.perfmodel.sweeps import Prediction, predict_decode, predict_disagg, predict_prefill
 from pdtune.precision import requantized, served_weights
@@ -239,26 +240,6 @@ def cached_engine(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, o
     if isinstance(found, InputError):
         raise found
     return found
-
-
-@dataclass(frozen=True)
-class CompiledPoint:
-    """An aggregated row with its efficiency-independent plan: TTFT and TPOT as weighted step terms."""
-
-    index: Any
-    ttft: tuple[tuple[StepTerms, float], ...]
-    ttft_overhead: float
-    tpot: tuple[tuple[StepTerms, float], ...]
-    concurrency: int
-    isl: int
-    osl: int
-    gpus: int
-
-    def times(self, eff: Efficiency) -> tuple[float, float]:
-        """(TTFT, TPOT) in seconds."""
-        ttft = sum(w * t.seconds(eff) for t, w in self.ttft) + self.ttft_overhead * eff.request_overhead_s
-        tpot = sum(w * t.seconds(eff) for t, w in self.tpot)
-        return ttft, tpot
 
 
 def compile_agg(engine: Engine, plan: AggPlan, index: Any, isl: int, osl: int) -> CompiledPoint:
