@@ -67,6 +67,23 @@ def literal(text: str) -> Any:
         return text
 
 
+def glued_values(notebook: Any) -> dict[str, Any]:
+    """Every value an executed page glued, as Python reads it back (a Markdown-glued sentence as its text)."""
+    values: dict[str, Any] = {}
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            meta = output.get("metadata", {}).get("scrapbook")
+            if meta:
+                prefix = meta.get("mime_prefix", "")
+                markdown = output["data"].get(prefix + "text/markdown")
+                if markdown is not None:  # a sentence glued as Markdown (glue_markdown)
+                    values[meta["name"]] = markdown if isinstance(markdown, str) else "".join(markdown)
+                    continue
+                text = output["data"].get(prefix + "text/plain", "")
+                values[meta["name"]] = literal(text if isinstance(text, str) else "".join(text))
+    return values
+
+
 @dataclass
 class ChapterRun:
     """One parameter set's chapters, executed: notebooks by chapter name (``01_state``), seconds each."""
@@ -81,17 +98,7 @@ class ChapterRun:
 
     def __post_init__(self) -> None:
         for notebook in self.notebooks.values():
-            for cell in notebook["cells"]:
-                for output in cell.get("outputs", []):
-                    meta = output.get("metadata", {}).get("scrapbook")
-                    if meta:
-                        prefix = meta.get("mime_prefix", "")
-                        markdown = output["data"].get(prefix + "text/markdown")
-                        if markdown is not None:  # a sentence glued as Markdown (glue_markdown)
-                            self.glued[meta["name"]] = markdown if isinstance(markdown, str) else "".join(markdown)
-                            continue
-                        text = output["data"].get(prefix + "text/plain", "")
-                        self.glued[meta["name"]] = literal(text if isinstance(text, str) else "".join(text))
+            self.glued.update(glued_values(notebook))
 
     def page(self, chapter: str) -> Any:
         from bs4 import BeautifulSoup

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 import test_prose_numbers as prose
-from chapter_runs import Runs, group
+from chapter_runs import Runs, glued_values, group
 from conftest import article_scenario
 from pdtune.model import load_model
 from pdtune.scenario import Scenario
@@ -350,26 +350,11 @@ def test_the_slider_and_the_legend_work_in_the_built_page(built_book: Path) -> N
 # ------------------------------------------------------------------------------ takeaways against tables
 
 
-def _glued(notebook: nbformat.NotebookNode) -> dict[str, Any]:
-    """Every glued value of an executed page, as Python reads it back."""
-    values = {}
-    for cell in notebook.cells:
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata", {}).get("scrapbook")
-            if meta:
-                text = out["data"].get(meta.get("mime_prefix", "") + "text/plain", "")
-                try:
-                    values[meta["name"]] = ast.literal_eval(text)
-                except (ValueError, SyntaxError):
-                    values[meta["name"]] = text
-    return values
-
-
 @pytest.fixture()
 def article_pages(runs: Runs) -> dict[str, dict[str, Any]]:
     """The glued values of every page of chapters 5-7 as the book build executed them (the article's
     parameters)."""
-    return {chapter: _glued(runs["article"].notebooks[chapter]) for chapter in CHAPTERS}
+    return {chapter: glued_values(runs["article"].notebooks[chapter]) for chapter in CHAPTERS}
 
 
 @pytest.mark.slow
