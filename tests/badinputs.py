@@ -1,7 +1,8 @@
 """The bad-input corpus: hand-written hostile inputs for every subcommand, and the runner that checks each one
 (imported by ``test_bad_inputs.py``, the one test module that runs it; ``python tests/badinputs.py ROOT OUT.jsonl
-ID...`` runs cases in a child process under an address-space limit). Issue 22's causes are numbered 2201 to 2211
-(cause 4 is 2204); the broken fixture files under ``tests/fixtures/*/bad`` are cause 0 cases named ``fixture-*``.
+CASES.json ID...`` runs cases, read from the listing its parent wrote, in a child process under an address-space
+limit). Issue 22's causes are numbered 2201 to 2211 (cause 4 is 2204); the broken fixture files under
+``tests/fixtures/*/bad`` are cause 0 cases named ``fixture-*``.
 
 :func:`build` writes every fixture below a root folder and returns the :class:`Case` list. A case is the
 ``pdtune`` command line of one bad input, the issue's cause it exercises (1-14, see ``/work/notes/issue-14.md``;
@@ -1570,14 +1571,17 @@ def run_group(cases: list[Case], root: Path) -> dict[str, dict[str, Any]]:
     for case in own:
         results[case.id] = run_own_process(case, root)
     todo = [c.id for c in cases if not c.own_process]
-    report = root / f".outcomes-{os.getpid()}-{time.monotonic_ns()}.jsonl"
+    stem = root / f".outcomes-{os.getpid()}-{time.monotonic_ns()}"
+    report, listing = stem.with_suffix(".jsonl"), stem.with_suffix(".cases.json")
+    # The child reads the cases from this file: building the corpus again would cost it seconds per group.
+    listing.write_text(json.dumps([asdict(c) for c in cases if not c.own_process]), encoding="utf-8")
     while todo:
         with contextlib.suppress(FileNotFoundError):
             report.unlink()
         budget = sum(c.timeout for c in cases if c.id in todo) + 60
         try:
-            subprocess.run([sys.executable, __file__, str(root), str(report), *todo], timeout=budget, check=False,
-                           capture_output=True, preexec_fn=_limit)
+            subprocess.run([sys.executable, __file__, str(root), str(report), str(listing), *todo], timeout=budget,
+                           check=False, capture_output=True, preexec_fn=_limit)
         except subprocess.TimeoutExpired:
             pass
         done: dict[str, dict[str, Any]] = {}
@@ -1593,14 +1597,18 @@ def run_group(cases: list[Case], root: Path) -> dict[str, dict[str, Any]]:
                                      "outside": []}
             remaining = remaining[1:]
         todo = remaining
-    with contextlib.suppress(FileNotFoundError):
-        report.unlink()
+    for path in (report, listing):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
     return results
 
 
-def _child(root: Path, report: Path, ids: list[str]) -> None:
+def _child(root: Path, report: Path, listing: Path, ids: list[str]) -> None:
     os.chdir(root)
-    by_id = {c.id: c for c in build(root)}
+    by_id = {}
+    for fields in json.loads(listing.read_text(encoding="utf-8")):
+        case = Case(**{**fields, "argv": tuple(fields["argv"])})
+        by_id[case.id] = case
     for case_id in ids:
         outcome = run_in_process(by_id[case_id], root)
         with report.open("a", encoding="utf-8") as fh:
@@ -1649,4 +1657,4 @@ def describe(case: Case, outcome: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    _child(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])
+    _child(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])

@@ -257,3 +257,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return HEAVY_GROUPS.index(name) if name in HEAVY_GROUPS else len(HEAVY_GROUPS)
 
     items.sort(key=rank)  # stable: the order within a group and among the rest stays
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which tags each grouped test's id
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when ``--dist loadgroup`` would not keep a group on one worker: pytest-xdist groups tests by
+    an ``@group`` suffix it writes into node ids, and a pytest that stores ids elsewhere (9.2) loses it silently,
+    so every shared setup (the book, a workbook run, a bad-input group) would run on both workers."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist did not tag {len(lost)} grouped tests with their group "
+                                f"(e.g. {lost[0]}): pin pytest and pytest-xdist as requirements.txt does")

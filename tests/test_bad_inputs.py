@@ -38,6 +38,8 @@ def outcome(case: Case) -> dict:
     return _OUTCOMES[case.id]
 
 
+# slow: the corpus runs in about sixty child processes (over half of `make test-fast` if it ran there)
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.xdist_group(c.group)) for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(case: Case) -> None:
     found = problems(case, outcome(case))

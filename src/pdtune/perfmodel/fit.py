@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares, minimize_scalar
 
 from pdtune.errors import InputError
 from pdtune.gpus import GpuSpec
@@ -420,6 +419,8 @@ def objective(matrix: TermMatrix, start: Efficiency, factors: Sequence[str], pro
 def _fit_times(
     matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
 ) -> tuple[Efficiency, float]:
+    from scipy.optimize import least_squares  # here, not at the top: 0.6 s of import that only a fit needs
+
     goal = objective(matrix, start, factors, problems)
     # The robust loss is applied to the data residuals only (Objective.data), never to the pull: a robust pull
     # would be an L1 penalty that pins every factor the data does not push hard to exactly where it started.
@@ -462,6 +463,8 @@ def fit_efficiency(
         i = grid.index(best)
         lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
         if hi > lo:
+            from scipy.optimize import minimize_scalar  # only a fit of the cohort size needs it
+
             found = minimize_scalar(lambda c: solve(float(c))[1], bounds=(lo, hi), method="bounded",
                                     options={"xatol": 0.01, "maxiter": 12})
             best = min([best, round(float(found.x), 4)], key=lambda c: solve(c)[1])

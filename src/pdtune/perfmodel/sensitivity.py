@@ -25,7 +25,6 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.fit import FIT_SCALE, FIT_FACTORS, Objective, Problem, compile_problems, objective
@@ -78,6 +77,8 @@ def factor_sensitivity(
     prior_var = np.linalg.pinv(p)
     share = 1 - np.diag(post) / np.diag(prior_var)
     fitted_cost = 0.5 * float(goal.data(x) @ goal.data(x))
+    from scipy.optimize import least_squares  # an import of 0.6 s that only this analysis needs
+
     alone = least_squares(goal.data, x, bounds=(goal.lo, goal.hi), loss="linear",
                           x_scale=np.array([FIT_SCALE[n] for n in goal.names]), max_nfev=400)
     rows = []

@@ -315,6 +315,7 @@ def _run_jobs(jobs: Sequence[_Job], chapters: Sequence[Chapter], workers: int, p
 def _kill_workers(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
     """SIGKILL every worker of ``pool`` and reap them (a chapter interrupted half-way has nothing to save)."""
     workers = list((getattr(pool, "_processes", None) or {}).values())  # pid -> Process; no public API in 3.11
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown(wait=False) forgets it
     for process in workers:
         with contextlib.suppress(Exception):
             process.kill()
@@ -323,6 +324,11 @@ def _kill_workers(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
     for process in workers:
         with contextlib.suppress(Exception):
             process.join(max(0.0, deadline - time.monotonic()))
+    # The pool's manager thread closes its wake-up pipe when it sees the workers gone; if it is still doing so
+    # at interpreter exit, Python 3.11's exit hook writes to the closing pipe and prints "Bad file descriptor"
+    # (fixed by a lock in 3.12). Waiting for the thread here leaves the hook nothing to wake.
+    if manager is not None:
+        manager.join(max(0.0, deadline - time.monotonic()))
 
 
 def run_workbook(
