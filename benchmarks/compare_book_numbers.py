@@ -98,7 +98,11 @@ def extract(build: Path) -> dict[str, dict[str, list[str]]]:
 
 
 def _load(source: Path) -> dict[str, dict[str, list[str]]]:
-    return json.loads(source.read_text()) if source.is_file() else extract(source)
+    pages = json.loads(source.read_text()) if source.is_file() else extract(source)
+    if not pages:  # a wrong path would otherwise compare as "0 numbers, identical"
+        print(f"compare_book_numbers: {source}: no HTML page there (a built book's _build/html?)", file=sys.stderr)
+        raise SystemExit(2)
+    return pages
 
 
 def compare(before: dict, after: dict) -> list[str]:
