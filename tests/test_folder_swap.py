@@ -229,8 +229,9 @@ def test_sigterm_to_a_writing_command_leaves_the_output_whole_or_absent(command:
         _, err = proc.communicate(timeout=120)
         found = tree(out)
         assert found in (previous, whole), f"half-written after SIGTERM at {fraction:.0%} of the run"
-        # 143: the command caught it and undid its work; a signal that lands once the output is swapped in,
-        # as the interpreter exits, takes the default action (-15) with the whole output in place
-        finished = proc.returncode == -signal.SIGTERM and found == whole
-        assert proc.returncode in (0, 128 + signal.SIGTERM) or finished, err
+        # 143: the command caught it and undid its work. A signal that lands before pdtune has set its handler
+        # (the interpreter still starting, on a loaded machine) or once the output is swapped in (as it exits)
+        # takes the default action (-15): the previous folder or the whole new one, as asserted above, and
+        # nothing beside it, as asserted below.
+        assert proc.returncode in (0, 128 + signal.SIGTERM, -signal.SIGTERM), err
         assert hidden(tmp_path) == [], f"left beside the output after SIGTERM at {fraction:.0%} of the run"
