@@ -382,17 +382,16 @@ def nearest_scored(model: str, keys: list[str]) -> tuple[str, str] | None:
         return None
     bundled = set(bundled_models())
     mine, size = _shape(spec), count_parameters(spec).total
+    others = {k: load_model(k) for k in keys if k in bundled}
+    if not others or size <= 0:
+        return None
 
     def distance(key: str) -> tuple[int, float]:
-        other = load_model(key)
-        return (sum(a != b for a, b in zip(mine, _shape(other), strict=True)),
-                abs(math.log(count_parameters(other).total / size)))
+        return (sum(a != b for a, b in zip(mine, _shape(others[key]), strict=True)),
+                abs(math.log(count_parameters(others[key]).total / size)))
 
-    candidates = [k for k in keys if k in bundled]
-    if not candidates or size <= 0:
-        return None
-    best = min(candidates, key=lambda k: (distance(k), k))
-    return best, ", ".join(_shape(load_model(best)))
+    best = min(others, key=lambda k: (distance(k), k))
+    return best, ", ".join(_shape(others[best]))
 
 
 def your_model(card: Scorecard, model: str, gpu: str) -> tuple[str, pd.DataFrame]:
