@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 import yaml
 from hypothesis import settings
 
+import warm_kernel
 from chapter_runs import Runs, once
 from pdtune.article import ARTICLE_VLLM
 from pdtune.scenario import Scenario
@@ -32,6 +34,31 @@ settings.load_profile("pdtune")
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CHAPTER_DIR = "notebooks/"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every Jupyter kernel this session starts (papermill, the book build, the workbook, nbclient) is forked
+    from one warm server per worker (:mod:`warm_kernel`): a chapter no longer pays for Python, ipykernel,
+    pandas, Altair and pdtune to start. Its folder goes first on ``JUPYTER_PATH``, inherited by every child."""
+    folder = tmp_path_factory.mktemp("warm-kernels")
+    server = warm_kernel.install(folder)
+    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", warm_kernel.ENV_FOLDER)}
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(folder), saved["JUPYTER_PATH"]) if p)
+    os.environ[warm_kernel.ENV_FOLDER] = str(folder)
+    try:
+        yield folder
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stdin.close()  # the server kills what it still runs and leaves
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def article_scenario() -> Scenario:

@@ -28,6 +28,7 @@ import pytest
 
 from conftest import ROOT
 from pdtune.site.pagecheck import CHROMIUM, LAUNCH_ARGS, is_local
+from warm_kernel import real_kernel_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lab")]
 
@@ -49,7 +50,9 @@ def lab_server(root: Path) -> Iterator[tuple[str, str]]:
     log = (root / "lab.log").open("w", encoding="utf-8")
     command = [sys.executable, "-m", "pdtune.site.lab", "--port", str(port), "--token", token,
                "--root", str(root), "--open", CHAPTER, "--settings", str(root / ".lab-settings")]
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # JupyterLab starts real kernels, as `make lab` does (not the test session's forked ones).
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                              env=real_kernel_env(dict(os.environ)))
     base = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -215,7 +215,7 @@ def _sentences(soup: BeautifulSoup) -> list[str]:
     article = soup.select_one("article.bd-article")
     for junk in article.select("table, pre, .cell_input, .pdtune-chart, script, style, .headerlink, "
                                ".pdtune-defaults, .math, .MathJax, mjx-container, "
-                               "a[href^='#equation-']"):  # an equation's number, "(5.3)", is not a value
+                               "a[href*='#equation-']"):  # an equation's number, "(5.3)", is not a value
         junk.decompose()
     text = " ".join(el.get_text(" ", strip=True) for el in article.select("p, li"))
     text = re.sub(r"\b(?:Solution to )?Exercise \d+(?:\.\d+)*", " ", text)  # an exercise's number, not a value

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from test_workbook import HEADER, write_book, write_params
+from warm_kernel import real_kernel_env
 
 pytestmark = [pytest.mark.xdist_group("workbook-signals"), pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc to find the run's processes")]
@@ -102,7 +103,8 @@ class Run:
         self.parent = tmp_path / "outputs"
         self.parent.mkdir(exist_ok=True)
         self.out = self.parent / "wb"
-        env = {**os.environ, self.marker: "1", "PYTHONUNBUFFERED": "1"}
+        # Real kernels (not the session's forked ones): what is checked here is each process's own lifetime.
+        env = {**real_kernel_env(dict(os.environ)), self.marker: "1", "PYTHONUNBUFFERED": "1"}
         # Output to files, not pipes: a shell waits for the command itself, not for every process that
         # inherited its stdout (a kernel takes up to a second to notice its worker died; leftovers() checks them).
         n = len(list(tmp_path.glob("stdout-*")))
