@@ -43,22 +43,17 @@ def warm_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     pandas, Altair and pdtune to start. Its folder goes first on ``JUPYTER_PATH``, inherited by every child."""
     folder = tmp_path_factory.mktemp("warm-kernels")
     server = warm_kernel.install(folder)
-    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", warm_kernel.ENV_FOLDER)}
-    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(folder), saved["JUPYTER_PATH"]) if p)
-    os.environ[warm_kernel.ENV_FOLDER] = str(folder)
-    try:
-        yield folder
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        server.stdin.close()  # the server kills what it still runs and leaves
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("JUPYTER_PATH", str(folder), prepend=os.pathsep)
+        env.setenv(warm_kernel.ENV_FOLDER, str(folder))
         try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            yield folder
+        finally:
+            server.stdin.close()  # the server kills what it still runs and leaves
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 def article_scenario() -> Scenario:
