@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,10 @@ def warm_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     pandas, Altair and pdtune to start. Its folder goes first on ``JUPYTER_PATH``, inherited by every child."""
     folder = tmp_path_factory.mktemp("warm-kernels")
     server = warm_kernel.install(folder)
+    if server is None:  # the tests stay correct with real kernels, only slower: say so, do not fail
+        warnings.warn("the warm kernel server did not start; this session starts real Jupyter kernels")
+        yield folder
+        return
     with pytest.MonkeyPatch.context() as env:
         env.setenv("JUPYTER_PATH", str(folder), prepend=os.pathsep)
         env.setenv(warm_kernel.ENV_FOLDER, str(folder))

@@ -106,6 +106,7 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
+    print("ready", flush=True)  # install() waits for this line: a kernel asked for before it would find no socket
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -215,13 +216,25 @@ def launch(path: str, argv: list[str]) -> int:
         return int(status) if status.strip() else 1
 
 
-def install(folder: Path) -> subprocess.Popen:
-    """Start a server and write the ``python3`` kernel spec that uses it under ``folder``; the caller puts
-    ``folder`` first on ``JUPYTER_PATH`` and closes the server's stdin to stop it."""
+def install(folder: Path, timeout: float = 300.0) -> subprocess.Popen | None:
+    """Start a server and, once it listens, write the ``python3`` kernel spec that uses it under ``folder``; the
+    caller puts ``folder`` first on ``JUPYTER_PATH`` and closes the server's stdin to stop it.
+
+    The spec is written only after the server has said it listens: its imports take seconds, and a kernel asked
+    for before its socket exists would die at once (a book build that starts straight away did, on CI). A server
+    that does not come up within ``timeout`` is stopped and None returned, so the session keeps real kernels."""
     folder.mkdir(parents=True, exist_ok=True)
     sock = str(folder / "server.sock")
     server = subprocess.Popen([sys.executable, str(HERE / "warm_kernel.py"), "serve", sock],
-                              stdin=subprocess.PIPE, start_new_session=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    ready = selectors.DefaultSelector()
+    ready.register(server.stdout, selectors.EVENT_READ)
+    line = server.stdout.readline() if ready.select(timeout) else b""
+    ready.close()
+    if line.strip() != b"ready":
+        server.kill()
+        server.wait()
+        return None
     spec = folder / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
