@@ -487,3 +487,24 @@ def test_unknown_model_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "jamba" in line and "kimi_linear" in line
     removed = synthetic(tmp_path, {"model_type": "minimax_text_01", "num_hidden_layers": 2})
     assert "removed from vLLM in 0.23" in _one_line(capsys, ["state", removed, "--max-model-len", "100"])
+
+
+def test_a_cached_plan_is_never_handed_out_under_another_vllm_environment() -> None:
+    # state/planner.py plan_state keeps plans it made (a plan search asks the same question hundreds of times);
+    # the environment in force is part of the key. The same question asked three times: under the 0.33 default
+    # (the variable "1": 4 groups, 6656 blocks per request), under VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    # =0 (one full-attention group of 48 layers, 2048 blocks) and under the default again.
+    from pdtune import switches
+
+    spec = load_model("llama-4-scout-17b-16e")
+    first = plan_state(spec, max_model_len=L, tp=1)
+    with switches.vllm_environment({"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}):
+        off = plan_state(spec, max_model_len=L, tp=1)
+    again = plan_state(spec, max_model_len=L, tp=1)
+    assert first.pool_blocks_per_request == 6656 and len(first.groups) == 4
+    assert groups(off) == [("full_attention", 48, 0, 2048)]
+    assert again is first  # asked again under the same environment: the kept plan
+    # a refused question is refused every time, never answered from the cache
+    for _ in range(2):
+        with pytest.raises(InputError):
+            plan_state(spec, max_model_len=L, tp=3)

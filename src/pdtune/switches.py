@@ -275,7 +275,12 @@ def active() -> tuple[tuple[str, str], ...]:
     return _PROCESS[0] if current is None else current
 
 
+def env_source() -> str:
+    """Where the variables in force were given (``--vllm-env``, a parameters file's ``vllm_env``): errors name it."""
+    return _SOURCE.get()
+
+
 def environment(version: str) -> VllmEnv:
     """The environment a vLLM ``version`` run sees: the active variables over the line's defaults (checked
     strictly where they were given, against the line the user named; a variable this line lacks is left out)."""
-    return check_env(active(), version, _SOURCE.get(), strict=False)
+    return check_env(active(), version, env_source(), strict=False)
