@@ -51,9 +51,12 @@ $(SRT)/.installed: $(SRTCTL_WHEEL)
 # Long groups first (tests/conftest.py orders them), one worker each; short modules fill in around them.
 # pdtune's modules are compiled to bytecode first: with PYTHONDONTWRITEBYTECODE set, each of the ~160 kernels and
 # ~60 child processes the tests start would compile them again.
+# Three workers on two cores: much of a worker's time is spent waiting (on a kernel starting, a signal test's
+# child, Chromium, JupyterLab), and a third worker fills it (README, "Tests and benchmarks", has the times).
+TEST_WORKERS ?= 3
 test: venv chromium assets srt
 	$(BIN)/python -m compileall -q src tests >/dev/null
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow" -n 2 --dist loadgroup

@@ -73,8 +73,27 @@ def test_simulated_rows_are_conserved_and_tails_ordered() -> None:
     assert sim["predicted"].sum() == steady["predicted"].sum() == 4
     assert set(sim.loc[sim["predicted"], "latency_model"]) == {"simulated"}
     assert set(steady["latency_model"]) == {"steady-state"}
-    assert set(sim.loc[sim["predicted"], "harness"]) == {"aiperf"}  # the silicon file's assumed harness
+    # the silicon file's assumed harness (InferenceX's grid, run as sa-bench: perfmodel/simulated.SILICON_HARNESS)
+    assert set(sim.loc[sim["predicted"], "harness"]) == {"sa-bench"}
+    # its TTFT and TPOT are the benchmark's means, so the simulated requests' means are what is compared
+    assert set(sim["statistic"]) == {"mean"}
     for point in sim[sim["predicted"]].to_dict("records"):
+        for metric in ("ttft", "tpot"):
+            assert 0 < point[f"predicted_{metric}_ms_p90"] <= point[f"predicted_{metric}_ms_p99"]
+    engine_rows = rows.head(1)
+    one = validate_rows(engine_rows, spec, gpu, eff, latency_model="simulated").iloc[0]
+    from pdtune.perfmodel.simulated import simulate_point
+    from pdtune.perfmodel.validation import EngineCache, cached_engine, row_setup
+    r = engine_rows.iloc[0]
+    engine = cached_engine(EngineCache(), row_setup(r, spec), gpu, int(r["isl"]), int(r["osl"]))
+    point, _ = simulate_point(engine, int(r["isl"]), int(r["osl"]), int(r["concurrency"]), eff, harness="sa-bench")
+    assert one["predicted_ttft_ms_p50"] == pytest.approx(point.stats["ttft_ms_mean"])
+    assert one["predicted_tpot_ms_p50"] == pytest.approx(point.stats["tpot_ms_mean"])
+    # a source that reports medians is compared with the simulated medians, whose tails are ordered
+    medians = rows.head(4).assign(source="vllm-bench")
+    by_median = validate_rows(medians, spec, gpu, eff, latency_model="simulated")
+    assert set(by_median["statistic"]) == {"p50"}
+    for point in by_median[by_median["predicted"]].to_dict("records"):
         _ordered(point)
     # The steady-state model has no spread: its tails are its median.
     for point in steady[steady["predicted"]].to_dict("records"):

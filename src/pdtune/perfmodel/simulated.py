@@ -79,9 +79,20 @@ HARNESSES = {
         "vllm bench serve --max-concurrency C --num-prompts 10C (vLLM 0.33, vllm/benchmarks/serve.py)"),
 }
 
-#: The harness of aiconfigurator's silicon rows: the file does not record one, so pdtune assumes the benchmark
-#: aiconfigurator's own generator writes (an assumption, said wherever the rows are scored).
-SILICON_HARNESS = "aiperf"
+#: The harness of aiconfigurator's silicon rows. The file records none, so this is an assumption, and it is said
+#: wherever those rows are scored. The rows sit on InferenceX's grid: ISL/OSL 1k/1k, 1k/8k and 8k/1k, concurrency 4
+#: to 64, with a container image and a workflow date per row. InferenceX's launchers run ``benchmark_serving.py``
+#: with ``--num-prompts $((CONC * 10)) --max-concurrency $CONC --random-range-ratio $RANDOM_RANGE_RATIO``
+#: (SemiAnalysisAI/InferenceX/benchmarks/gptoss_fp4_h200.sh). aiconfigurator's own accuracy replay of such
+#: points takes the sa-bench runner's verified defaults: range ratio 0.8, 10C prompts, 2C warm-ups, rate inf,
+#: seed 0 (ai-dynamo/aisimulate/scripts/e2e_accuracy/source/defaults/workload_defaults.py). That is
+#: :data:`HARNESSES`'s ``sa-bench``. Until 2026-12-06 pdtune assumed AIPerf's fixed lengths instead. Those keep
+#: every closed-loop cohort in step, and the simulated TTFT came out 2-3x the measured one at low concurrency.
+SILICON_HARNESS = "sa-bench"
+#: What the silicon file's TTFT and TPOT are: the benchmark's *means*. The same replay fills ``silicon_ttft_ms``
+#: from ``metrics.mean_ttft x 1000`` and ``silicon_tpot_ms`` from ``mean_tpot``, so the simulated mean is compared
+#: with them.
+SILICON_STATISTIC = "mean"
 
 #: The requests around the median that make a row's linear form: those within 10 percentile points of it.
 BAND = 0.10
@@ -151,8 +162,12 @@ def prediction(point: SimulatedPoint, engine: Engine, isl: int, osl: int, concur
                topology: str | None = None, prefill_topology: str | None = None, decode_topology: str | None = None,
                n_prefill: int | None = None, n_decode: int | None = None, kv_transfer_ms: float = 0.0,
                acceptance: float | None = None) -> Prediction:
-    """A simulated point as a :class:`~pdtune.perfmodel.sweeps.Prediction` labelled ``simulated``."""
+    """A simulated point as a :class:`~pdtune.perfmodel.sweeps.Prediction` labelled ``simulated``: the medians and
+    tails of the simulated requests, and their means (for a measurement that reports means)."""
     s = point.stats
+
+    def ms(name: str) -> float:
+        return s[name] if not math.isnan(s[name]) else 0.0
     gpus_decode = engine.topology.gpus if gpus_decode is None else gpus_decode
     rate = s["request_rate"]
     return Prediction(
@@ -162,7 +177,8 @@ def prediction(point: SimulatedPoint, engine: Engine, isl: int, osl: int, concur
         n_decode_workers=n_decode, gpus_prefill=gpus_prefill, gpus_decode=gpus_decode,
         mtp_tokens=engine.mtp_tokens, acceptance=acceptance, isl=isl, osl=osl, concurrency=concurrency,
         running=point.summary["running_mean"], request_rate=rate,
-        ttft_ms=s["ttft_ms_p50"], tpot_ms=s["tpot_ms_p50"] if not math.isnan(s["tpot_ms_p50"]) else 0.0,
+        ttft_ms=s["ttft_ms_p50"], tpot_ms=ms("tpot_ms_p50"), ttft_ms_mean=s["ttft_ms_mean"],
+        tpot_ms_mean=ms("tpot_ms_mean"),
         roofline_tps=math.inf, kv_capacity=engine.capacity, kv_limited=point.summary["waiting_mean"] >= 1.0,
         kv_transfer_ms=kv_transfer_ms, latency_model=SIMULATED,
         ttft_ms_p90=s["ttft_ms_p90"], ttft_ms_p99=s["ttft_ms_p99"],
@@ -346,5 +362,6 @@ def form_error(point: CompiledPoint, stats: dict[str, float], eff: Efficiency) -
 
 
 __all__ = ["BAND", "FIT_ROUNDS", "FIT_WARMUP_ROUNDS", "HARNESSES", "Harness", "LATENCY_MODELS", "SILICON_HARNESS",
-           "SIMULATED", "STEADY_STATE", "SimulatedPoint", "form_error", "linear_form", "predict_agg_simulated",
+           "SILICON_STATISTIC", "SIMULATED", "STEADY_STATE", "SimulatedPoint", "form_error", "linear_form",
+           "predict_agg_simulated",
            "predict_disagg_simulated", "prediction", "simulate_point", "workload", "Callable"]

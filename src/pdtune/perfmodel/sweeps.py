@@ -88,6 +88,16 @@ class Prediction:
     tpot_ms_p90: float | None = None
     tpot_ms_p99: float | None = None
     harness: str | None = None  # simulated: the benchmark harness whose clients were simulated
+    ttft_ms_mean: float | None = None  # simulated: the mean over the simulated requests (None: ttft_ms)
+    tpot_ms_mean: float | None = None
+
+    def statistic(self, metric: str, name: str) -> float:
+        """``ttft`` or ``tpot`` in ms as the statistic ``name`` ("p50" or "mean"): what a measurement reporting
+        that statistic is compared with. A steady-state prediction's one number serves as both."""
+        if name == "mean":
+            value = getattr(self, f"{metric}_ms_mean")
+            return self.percentile(metric, 50) if value is None else value
+        return self.percentile(metric, int(name[1:]))
 
     def percentile(self, metric: str, p: int) -> float:
         """``ttft`` or ``tpot`` at percentile ``p`` (50, 90, 99) in ms: the median is ``ttft_ms`` / ``tpot_ms``;

@@ -38,6 +38,7 @@ from pdtune.perfmodel.aggregated import AggPlan, agg_config, agg_plan, agg_predi
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.compiled import CompiledPoint
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTerms, build_engine
+from pdtune.perfmodel.simulated import SILICON_HARNESS, SILICON_STATISTIC
 from pdtune.perfmodel.sweeps import Prediction, predict_decode, predict_disagg, predict_prefill
 from pdtune.precision import requantized, served_weights
 from pdtune.topology import Deployment, Topology, parse_deployment, parse_topology
@@ -211,9 +212,13 @@ class EngineCache:
 
 #: The harness whose clients ``validate --latency-model simulated`` simulates for a row, by the reader that read
 #: it (``source``): aiconfigurator's silicon file records none (pdtune.perfmodel.simulated.SILICON_HARNESS, an
-#: assumption), srt-slurm runs sa-bench, a ``vllm bench serve`` file its own loop. Other sources: ``vllm-bench``.
-HARNESS_BY_SOURCE = {"aiconfigurator-silicon": "aiperf", "aiperf": "aiperf", "srt-slurm": "sa-bench",
+#: assumption with its sources), srt-slurm runs sa-bench, a ``vllm bench serve`` file its own loop. Other sources:
+#: ``vllm-bench``.
+HARNESS_BY_SOURCE = {"aiconfigurator-silicon": SILICON_HARNESS, "aiperf": "aiperf", "srt-slurm": "sa-bench",
                      "srt-slurm-rollup": "sa-bench", "vllm-bench": "vllm-bench", "inferencex": "inferencex"}
+#: The statistic a source's ``ttft_ms_p50``/``tpot_ms_p50`` columns hold where it is not the median: the silicon
+#: file's are the benchmark's means (pdtune.perfmodel.simulated.SILICON_STATISTIC).
+STATISTIC_BY_SOURCE = {"aiconfigurator-silicon": SILICON_STATISTIC}
 
 
 def row_harness(row: pd.Series, harness: str | None = None) -> str:
@@ -221,6 +226,11 @@ def row_harness(row: pd.Series, harness: str | None = None) -> str:
     if harness is not None:
         return harness
     return HARNESS_BY_SOURCE.get(str(row.get("source") or ""), "vllm-bench")
+
+
+def row_statistic(row: pd.Series) -> str:
+    """The statistic of the simulated requests a row's measured TTFT and TPOT are compared with."""
+    return STATISTIC_BY_SOURCE.get(str(row.get("source") or ""), "p50")
 
 
 def _engine_key(setup: RowSetup, isl: int, osl: int) -> tuple[Any, ...]:
@@ -348,6 +358,8 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
             "latency_model": latency_model if setup.mode in ("agg", "disagg") else "steady-state",
             "harness": row_harness(row, harness) if latency_model == "simulated" and setup.mode in ("agg", "disagg")
             else None,
+            # what the measured TTFT and TPOT are, so what the prediction compared with them is (STATISTIC_BY_SOURCE)
+            "statistic": row_statistic(row),
         }
         for metric in METRICS:
             point[f"measured_{metric}"] = _measured(row, metric)
@@ -368,8 +380,8 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
                 for tail in TAILS:
                     metric, p = tail.rsplit("_ms_p", 1)
                     point[f"predicted_{tail}"] = pred.percentile(metric, int(p))
-                predicted = {"ttft_ms_p50": pred.ttft_ms, "tpot_ms_p50": pred.tpot_ms,
-                             "tps_per_gpu": pred.tps_per_gpu}
+                predicted = {"ttft_ms_p50": pred.statistic("ttft", point["statistic"]),
+                             "tpot_ms_p50": pred.statistic("tpot", point["statistic"]), "tps_per_gpu": pred.tps_per_gpu}
                 for metric in METRICS:
                     point[f"predicted_{metric}"] = predicted[metric]
                     measured = point[f"measured_{metric}"]
