@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fraction of the groups to hold out (default 0.25)")
     p.add_argument("--holdout-by", choices=HOLDOUT_BY, default="deployment",
                    help="what is held out whole: deployments (default), ISLs or concurrencies")
+    shared_flag(p, "--latency-model", help="what the factors are fitted through: steady-state (default; seconds) "
+                "or simulated (each fitted row's benchmark run in pdtune.sim, refitted until the factors settle; "
+                "minutes) - the held-out rows are scored by the same model")
     shared_flag(p, "--json", help="machine-readable summary")
     p.set_defaults(func=run)
 
@@ -48,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
     output_file(args.out, "--out")  # a path that cannot be written is refused before the fit, not after it
     spec, gpu, selection, name = load_selection(args)
     done = calibrate(selection.rows, spec, gpu, model=name, holdout_fraction=args.holdout, results=args.results,
-                     holdout_by=args.holdout_by)
+                     holdout_by=args.holdout_by, latency_model=args.latency_model)
     cal = done.calibration
     write_calibration(args.out, cal)
     if args.json:
         emit_json({"calibration": args.out, "model": cal.model, "gpu": cal.gpu, "factors": cal.efficiency.to_dict(),
                    "holdout_by": cal.holdout_by, "repeats_folded": cal.repeats_folded,
+                   "latency_model": cal.latency_model,
                    "fitted_on": {"deployments": list(cal.fitted_deployments), "groups": list(cal.fitted_groups),
                                  "rows": cal.fitted_rows},
                    "held_out": {"deployments": list(cal.held_out_deployments), "groups": list(cal.held_out_groups),
@@ -63,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     what = "deployments" if cal.holdout_by == "deployment" else f"{cal.holdout_by} groups"
     lines = [f"calibration of {cal.model} on {cal.gpu}: {args.out}",
              f"  fitted on {len(cal.fitted_groups)} {what} ({cal.fitted_rows} rows), starting from the "
-             f"{cal.start} defaults:"]
+             f"{cal.start} defaults, through the {cal.latency_model} model:"]
     lines += [f"    {d}" for d in cal.fitted_groups]
     if cal.repeats_folded:
         lines.append(f"  {cal.repeats_folded} rows repeat another row's measurement under another id: counted once")

@@ -48,6 +48,7 @@ from pdtune.perfmodel.efficiency import FACTORS, Efficiency
 from pdtune.perfmodel.defaults import gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import HOLDOUT_BY, Problem, deployment_key, fit_efficiency, holdout_key, split_deployments
 from pdtune.perfmodel.repeats import fold_repeats
+from pdtune.perfmodel.simulated import LATENCY_MODELS
 from pdtune.perfmodel.validation import error_summary, model_key, validate_rows
 
 FORMAT_VERSION = 1
@@ -72,6 +73,7 @@ class Calibration:
     held_out_groups: tuple[str, ...] = ()
     fitted_measurements: tuple[str, ...] = ()  # measurement_digest of every row fitted on
     repeats_folded: int = 0  # rows that repeated another row's measurement, counted once
+    latency_model: str = "steady-state"  # what the factors were fitted through (and the held-out rows scored by)
 
     def to_yaml(self) -> str:
         doc = {
@@ -82,6 +84,7 @@ class Calibration:
             "factors": {k: float(v) for k, v in self.efficiency.to_dict().items()},
             "start": self.start,
             "holdout_by": self.holdout_by,
+            "latency_model": self.latency_model,
             "fitted_on": {"deployments": list(self.fitted_deployments), "groups": list(self.fitted_groups),
                           "rows": self.fitted_rows, "repeats_folded": self.repeats_folded,
                           "measurements": list(self.fitted_measurements), "results": list(self.results)},
@@ -155,6 +158,10 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
     holdout_by = raw.get("holdout_by", "deployment")
     if holdout_by not in HOLDOUT_BY:
         raise InputError(source, "holdout_by", f"must be one of {', '.join(HOLDOUT_BY)}, got {brief(holdout_by)}")
+    latency_model = raw.get("latency_model", "steady-state")  # files written before it existed: steady-state
+    if latency_model not in LATENCY_MODELS:
+        raise InputError(source, "latency_model",
+                         f"must be one of {', '.join(LATENCY_MODELS)}, got {brief(latency_model)}")
     if raw.get("vllm") is not None and not isinstance(raw["vllm"], list):
         raise InputError(source, "vllm", f"expected a list of versions, got {brief(raw['vllm'])}")
     cal = Calibration(
@@ -176,6 +183,7 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
         held_out_groups=tuple(str(g) for g in held.get("groups") or held.get("deployments") or ()),
         fitted_measurements=tuple(str(m) for m in fitted.get("measurements") or ()),
         repeats_folded=int(fitted.get("repeats_folded") or 0),
+        latency_model=latency_model,
     )
     return cal.check(model, gpu)
 
@@ -197,9 +205,11 @@ def calibrate(
     start: Efficiency | None = None,
     results: Sequence[str] = (),
     holdout_by: str = "deployment",
+    latency_model: str = "steady-state",
 ) -> CalibrationRun:
     """Fit on some groups of ``rows`` (one model, one GPU; deployments unless ``holdout_by`` says ``isl`` or
-    ``concurrency``), score the others, return the calibration. Each measurement counts once."""
+    ``concurrency``), score the others, return the calibration. Each measurement counts once. ``latency_model``
+    ``"simulated"`` fits through the scheduler simulation and scores the held-out rows by it."""
     if not len(rows):
         raise InputError("calibrate", "rows", "no measured rows of this model on this GPU")
     folded = fold_repeats(rows)
@@ -212,8 +222,9 @@ def calibrate(
     deployments = rows.apply(deployment_key, axis=1)
     defaults = gpu_defaults(gpu.name)
     begin = start or defaults.efficiency
-    result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin)
-    held_points = validate_rows(held_rows, spec, gpu, result.efficiency) if len(held_rows) else pd.DataFrame()
+    result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin, latency_model=latency_model)
+    held_points = (validate_rows(held_rows, spec, gpu, result.efficiency, latency_model=latency_model)
+                   if len(held_rows) else pd.DataFrame())
     summary = error_summary(held_points) if len(held_points) else {}
     versions = sorted({str(v) for v in fit_rows.get("backend_version", pd.Series(dtype=object)).dropna()})
     cal = Calibration(
@@ -233,6 +244,7 @@ def calibrate(
         held_out_groups=tuple(held_keys),
         fitted_measurements=tuple(sorted({measurement_digest(r) for _, r in fit_rows.iterrows()})),
         repeats_folded=folded.folded,
+        latency_model=latency_model,
     )
     return CalibrationRun(cal, held_points, result.unpredicted)
 

@@ -16,10 +16,10 @@ scheduling decisions held fixed, both are sums of step times, and a step's time 
 :meth:`pdtune.perfmodel.engine.StepTerms.seconds` of the factors. :func:`linear_form` writes the median request's
 TTFT and TPOT that way (the requests within :data:`BAND` of the median, averaged and scaled to it, so that the form
 does not jump from one request to another), with the steps grouped by their batch: a
-:class:`~pdtune.perfmodel.compiled.CompiledPoint`, exactly what the steady-state fit compiles. A fit through
-the simulator (not built yet: ``calibrate`` and the shipped defaults fit the steady-state form) would alternate:
-simulate every row at the current factors, fit the factors on the linear forms (``scipy.optimize.least_squares``),
-simulate again at the new ones. At the
+:class:`~pdtune.perfmodel.compiled.CompiledPoint`, exactly what the steady-state fit compiles. The fit through
+the simulator (:func:`pdtune.perfmodel.fit.fit_efficiency` with ``latency_model="simulated"``, ``pdtune calibrate
+--latency-model simulated``) alternates: simulate every row at the current factors, fit the factors on the linear
+forms (``scipy.optimize.least_squares``), simulate again at the new ones. At the
 factors a form was made at, it equals the simulation (to the grouping's rounding); every prediction reported is a
 fresh simulation, never the form. Every number here is **modeled**.
 """
@@ -101,7 +101,7 @@ BAND = 0.10
 def workload(harness: str, concurrency: int, isl: int, osl: int, *, rounds: int | None = None,
              warmup_rounds: int | None = None) -> Workload:
     """The clients ``harness`` starts for one point; ``rounds`` (``warmup_rounds``) replaces its measured (warm-up)
-    requests per client (a fit simulates fewer: :data:`FIT_ROUNDS`)."""
+    requests per client."""
     h = HARNESSES.get(harness)
     if h is None:
         raise InputError("--harness", "harness", f"unknown harness {harness!r}; known: {', '.join(HARNESSES)}")
@@ -116,9 +116,6 @@ def workload(harness: str, concurrency: int, isl: int, osl: int, *, rounds: int 
                        ready_check=h.ready_check)
 
 
-#: Measured requests per client (and warm-ups) a fit would simulate: a closed loop repeats its pattern after the
-#: first round, so a fifth of AIPerf's 20 (a choice, not yet measured against the full count).
-FIT_ROUNDS, FIT_WARMUP_ROUNDS = 4, 1
 
 
 @dataclass(frozen=True)
@@ -138,12 +135,12 @@ def _config(config: SimConfig | None, eff: Efficiency) -> SimConfig:
 def simulate_point(engine: Engine, isl: int, osl: int, concurrency: int, eff: Efficiency, *,
                    harness: str = SILICON_HARNESS, rounds: int | None = None, warmup_rounds: int | None = None,
                    config: SimConfig | None = None, cost: StepCost | None = None, linearize: bool = False,
-                   index: Any = None) -> tuple[SimulatedPoint, StepCost]:
+                   index: Any = None, statistic: str = "p50") -> tuple[SimulatedPoint, StepCost]:
     """``concurrency`` clients of ``harness`` on one aggregated server (``engine``), simulated; the step-cost cache
     to reuse comes back with it."""
     load = workload(harness, concurrency, isl, osl, rounds=rounds, warmup_rounds=warmup_rounds)
     result = simulate(engine, load, efficiency=eff, config=_config(config, eff), cost=cost)
-    linear = linear_form(result, eff, index=index) if linearize else None
+    linear = linear_form(result, eff, index=index, statistic=statistic) if linearize else None
     return SimulatedPoint(result.stats(), _summary(result), linear), result.cost
 
 
@@ -237,8 +234,13 @@ def _core_of(result: SimResult, engine_index: int) -> str:
     return name
 
 
-def _band(values: np.ndarray, band: float) -> tuple[np.ndarray, float]:
-    """Indices of the values within ``band`` of the median's rank, and the median over their mean."""
+def _band(values: np.ndarray, band: float, statistic: str = "p50") -> tuple[np.ndarray, float]:
+    """Indices of the values within ``band`` of the median's rank, and the median over their mean; for the
+    ``"mean"`` statistic every value, unscaled (the mean of all requests is a sum of their step weights)."""
+    if statistic == "mean":
+        return np.arange(len(values)), 1.0
+    if statistic != "p50":
+        raise InputError("statistic", "statistic", f"must be p50 or mean, got {statistic!r}")
     n = len(values)
     order = np.argsort(values, kind="stable")
     lo = max(0, int(math.floor((0.5 - band) * (n - 1))))
@@ -287,8 +289,10 @@ def _constant(seconds: float) -> StepTerms:
     return StepTerms((), (), (), "", 0.0, 0.0, float(seconds), 0, stages=0)
 
 
-def linear_form(result: SimResult, eff: Efficiency, *, index: Any = None, band: float = BAND) -> CompiledPoint:
-    """The median request's TTFT and TPOT of an aggregated run as weighted step terms (see the module)."""
+def linear_form(result: SimResult, eff: Efficiency, *, index: Any = None, band: float = BAND,
+                statistic: str = "p50") -> CompiledPoint:
+    """The median request's TTFT and TPOT of an aggregated run as weighted step terms (see the module); with
+    ``statistic="mean"`` the mean request's, for a measurement that reports means."""
     cost = result.cost
     if not isinstance(cost, StepCost):
         raise InputError("simulate", "linear_form", "only an aggregated run has one step-cost model")
@@ -299,7 +303,7 @@ def linear_form(result: SimResult, eff: Efficiency, *, index: Any = None, band: 
                  for name, tl in result.timelines.items()}
     ttft = np.asarray([r.ttft for r in records])
     tpot_ok = [i for i, r in enumerate(records) if r.osl > 1]
-    chosen_ttft, scale_ttft = _band(ttft, band)
+    chosen_ttft, scale_ttft = _band(ttft, band, statistic)
     weights: dict[str, tuple[np.ndarray, np.ndarray]] = {
         n: (np.zeros(len(t) + 1), np.zeros(len(t) + 1)) for n, (t, _, _) in timelines.items()}
     overhead = 0.0
@@ -334,7 +338,7 @@ def linear_form(result: SimResult, eff: Efficiency, *, index: Any = None, band: 
     tpot_terms: list[tuple[StepTerms, float]] = []
     if tpot_ok:
         tpot = np.asarray([records[i].tpot for i in tpot_ok])
-        chosen, scale = _band(tpot, band)
+        chosen, scale = _band(tpot, band, statistic)
         per = 1.0 / len(chosen)
         for j in chosen:
             r = records[tpot_ok[int(j)]]
@@ -355,13 +359,16 @@ def linear_form(result: SimResult, eff: Efficiency, *, index: Any = None, band: 
                          int(meta.get("osl") or 0), result.gpus)
 
 
-def form_error(point: CompiledPoint, stats: dict[str, float], eff: Efficiency) -> tuple[float, float]:
-    """(TTFT, TPOT) of the linear form over the simulation's medians, less 1: ~0 at the factors it was made at."""
+def form_error(point: CompiledPoint, stats: dict[str, float], eff: Efficiency,
+               statistic: str = "p50") -> tuple[float, float]:
+    """(TTFT, TPOT) of the linear form over the simulation's ``statistic``, less 1: ~0 at the factors it was made
+    at."""
     ttft, tpot = point.times(eff)
-    return ttft * 1e3 / stats["ttft_ms_p50"] - 1, (tpot * 1e3 / stats["tpot_ms_p50"] - 1) if point.tpot else 0.0
+    return (ttft * 1e3 / stats[f"ttft_ms_{statistic}"] - 1,
+            (tpot * 1e3 / stats[f"tpot_ms_{statistic}"] - 1) if point.tpot else 0.0)
 
 
-__all__ = ["BAND", "FIT_ROUNDS", "FIT_WARMUP_ROUNDS", "HARNESSES", "Harness", "LATENCY_MODELS", "SILICON_HARNESS",
+__all__ = ["BAND", "HARNESSES", "Harness", "LATENCY_MODELS", "SILICON_HARNESS",
            "SILICON_STATISTIC", "SIMULATED", "STEADY_STATE", "SimulatedPoint", "form_error", "linear_form",
            "predict_agg_simulated",
            "predict_disagg_simulated", "prediction", "simulate_point", "workload", "Callable"]
