@@ -835,7 +835,8 @@ def build(root: Path) -> list[Case]:
         "model-list": cal_ok.replace("model: gpt-oss-120b", "model: [gpt-oss-120b]"),
         "fitted-list": cal_ok.replace("fitted_on:\n", "fitted_on: [1]\nx_fitted:\n"),
         "vllm-text": cal_ok.replace("vllm:\n- 0.18.0", "vllm: 0.18.0"),
-        "holdout-by": cal_ok + "holdout_by: model\n", "groups-text": cal_ok.replace("fitted_on:\n",
+        "holdout-by": cal_ok + "holdout_by: model\n", "latency-model": cal_ok + "latency_model: oracle\n",
+        "groups-text": cal_ok.replace("fitted_on:\n",
                                                                                      "fitted_on:\n  groups: isl\n"),
         "not-calibration": "model: x\n", "binary": "\x00\x01",
     }

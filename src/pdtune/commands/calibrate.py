@@ -20,9 +20,14 @@ are two) are held out, chosen by a stable hash of their names; a measurement rep
 The factors are fitted on the other groups only, starting from the GPU's defaults; the held-out error is of exactly
 the factors written. `pdtune predict`, `pdtune validate` and `pdtune dataset generate` accept the file with
 --calibration (validate marks the rows it was fitted on and scores only the held-out groups).
+With --latency-model simulated the factors are fitted through the scheduler simulation: every fitted row's
+benchmark is run in pdtune.sim with its harness's clients, the factors fitted on those runs, and the runs
+repeated at the new factors until no factor moves by 1 % (three rounds at most); the held-out rows are scored by
+the simulation too. Minutes where the steady-state fit takes seconds.
 Examples:
   pdtune calibrate data/clusters/aiconfigurator-silicon --model gpt-oss-120b --gpu h200 --out gpt-oss-h200.yaml
   pdtune calibrate my-sweep/ --model gpt-oss-120b --gpu h200 --topology TP2 --holdout-by isl --out cal.yaml
+  pdtune calibrate my-sweeps/ --model llama-3.1-70b --gpu h100 --latency-model simulated --out cal.yaml
 """
 
 
