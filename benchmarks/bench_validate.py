@@ -18,10 +18,12 @@ reported either way). ``--json OUT`` writes the per-row table for bench_accuracy
 part of pdtune was fitted on are scored by the sibling ``bench_heldout.py``.
 
 ``--latency-model simulated`` predicts the leave-one-model-out column by running every row's benchmark in pdtune.sim
-(AIPerf's clients, the harness aiconfigurator's generator writes: an assumption, the file records none) with the
+(sa-bench's clients as InferenceX runs its grid, compared by their means: an assumption, the file records no
+harness; pdtune.perfmodel.simulated.SILICON_HARNESS names the sources) with the
 shipped leave-one-model-out factors (``data/perfmodel/validation/lomo_models.csv``, not refitted), group by group,
 cheapest first, each timed as it ends (issue 23: ``validate`` over every silicon row <= 3 min); the calibrated
-column stays empty (no fit through the simulator yet), so only the uncalibrated targets are checked.
+column stays empty (the folds are not fitted through the simulator here), so only the uncalibrated targets are
+checked.
 ``--csv OUT`` writes the per-row table as CSV (data/perfmodel/validation/heldout_simulated.csv is made so).
 """
 

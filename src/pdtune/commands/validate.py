@@ -35,9 +35,11 @@ with a calibration, rows of the groups it fitted are not scored either). A row r
 under another id counts once. Rows the model cannot predict are listed with the reason, never dropped.
 --latency-model simulated runs each aggregated and disaggregated row's benchmark in pdtune.sim (vLLM 0.33's
 scheduler stepped on pdtune's step costs) with the clients of the harness its results' format implies (--harness
-to say another): medians and tails of the simulated requests, queues and cohorts included; prefill-only and
-decode-only rows keep the steady-state model. Every row names its model (column latency_model). The factors are
-the same either way (fitted on the steady-state model's form).
+to say another): medians and tails of the simulated requests, queues and cohorts included (means where the
+measurement reports means, as aiconfigurator's silicon file does: column statistic); prefill-only and decode-only
+rows keep the steady-state model. Every row names its model (column latency_model). The factors are the same
+either way: the defaults' or the calibration file's (which `calibrate --latency-model simulated` fits through the
+simulation).
 Examples:
   pdtune validate data/clusters/aiconfigurator-silicon --model gpt-oss-120b --gpu h200
   pdtune validate results/ --model llama-3.1-70b --gpu h100 --gpus 8 --topology TP8 --json
@@ -58,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", metavar="CAL", help="a calibration file from `pdtune calibrate`")
     shared_flag(p, "--latency-model")
     shared_flag(p, "--harness", help="with --latency-model simulated: the harness whose clients are simulated "
-                "(default: the one the results' format implies: aiperf for aiconfigurator's silicon file and AIPerf, "
-                "sa-bench for srt-slurm, vllm-bench otherwise)")
+                "(default: the one the results' format implies: sa-bench for aiconfigurator's silicon file, whose rows "
+                "sit on InferenceX's grid, and for srt-slurm, aiperf for AIPerf, vllm-bench otherwise)")
     shared_flag(p, "--json")
     p.set_defaults(func=run)
 

@@ -18,8 +18,10 @@ deployment and fold it belonged to; :func:`heldout_summary` the median and p90 |
 
 With ``latency_model="simulated"`` the leave-one-model-out predictions come from the scheduler simulation
 (:mod:`pdtune.perfmodel.simulated`, every row run as its benchmark) with the same refitted factors; the
-calibrated column is left empty, each row saying why (:data:`NO_SIMULATED_FIT`): the factors are fitted on the
-steady-state model's form, and a fit through the simulator is not built yet.
+calibrated column is left empty, each row saying why (:data:`NO_SIMULATED_FIT`): the scorecard's folds are fitted
+on the steady-state model's form. The fit through the simulator (``pdtune calibrate --latency-model simulated``,
+:func:`pdtune.perfmodel.fit.fit_efficiency`) takes minutes per fold, and the scorecard's 60 folds have not been
+run through it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from pdtune.perfmodel.validation import METRICS, error_percentiles, validate_row
 
 
 #: Why a simulated held-out table has no calibrated prediction.
-NO_SIMULATED_FIT = "no fit through the simulator yet: calibrated factors are the steady-state model's"
+NO_SIMULATED_FIT = ("the scorecard's folds are not fitted through the simulator (calibrate --latency-model simulated "
+                    "fits one); calibrated factors are the steady-state model's")
 
 
 def fold_of(key: str, folds: int) -> int:
