@@ -82,10 +82,13 @@ def heldout_table(
 
 
 def heldout_rows(problem: Problem, model: str, gpu: str, lomo: Efficiency, *, folds: int = 4,
-                 only_folds: Sequence[int] | None = None, latency_model: str = "steady-state") -> pd.DataFrame:
+                 only_folds: Sequence[int] | None = None, latency_model: str = "steady-state",
+                 fit_simulated: bool = False) -> pd.DataFrame:
     """One model x GPU's rows: predicted with its leave-one-model-out factors ``lomo`` (by ``latency_model``), and
     each fold of its deployments with factors calibrated on the other folds (only the folds in ``only_folds`` when
-    given; the others' calibrated columns stay empty; none with the simulation, :data:`NO_SIMULATED_FIT`)."""
+    given; the others' calibrated columns stay empty). With the simulation the folds are calibrated only when
+    ``fit_simulated`` asks for it, through the simulator (minutes a fold), and scored by it; else their columns
+    stay empty (:data:`NO_SIMULATED_FIT`)."""
     rows = problem.rows
     keys = rows.apply(deployment_key, axis=1)
     uncal = validate_rows(rows, problem.spec, problem.gpu, lomo, latency_model=latency_model).set_index("row")
@@ -98,7 +101,7 @@ def heldout_rows(problem: Problem, model: str, gpu: str, lomo: Efficiency, *, fo
         out[f"calibrated_{m}"] = float("nan")
         out[f"calibrated_{m}_error"] = float("nan")
     out["calibrated_reason"] = None
-    if latency_model != "steady-state":
+    if latency_model != "steady-state" and not fit_simulated:
         out["calibrated_reason"] = NO_SIMULATED_FIT
         only_folds = ()
     for k in range(folds) if only_folds is None else only_folds:
@@ -112,8 +115,9 @@ def heldout_rows(problem: Problem, model: str, gpu: str, lomo: Efficiency, *, fo
         train_rows = rows[keys.isin(train)]
         held_rows = rows[keys.isin(held)]
         assert not set(train_rows.index) & set(held_rows.index)
-        fitted = fit_efficiency([Problem(problem.spec, problem.gpu, train_rows)], start=lomo).efficiency
-        pts = validate_rows(held_rows, problem.spec, problem.gpu, fitted).set_index("row")
+        fitted = fit_efficiency([Problem(problem.spec, problem.gpu, train_rows)], start=lomo,
+                                latency_model=latency_model).efficiency
+        pts = validate_rows(held_rows, problem.spec, problem.gpu, fitted, latency_model=latency_model).set_index("row")
         for m in METRICS:
             out.loc[pts.index, f"calibrated_{m}"] = pts[f"predicted_{m}"]
             out.loc[pts.index, f"calibrated_{m}_error"] = pts[f"{m}_error"]
