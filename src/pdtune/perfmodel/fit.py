@@ -475,9 +475,8 @@ def _fit_simulated(problems: Sequence[Problem], start: Efficiency, factors: Sequ
         if compiled.matrix is None:
             raise InputError("calibrate", "rows", "no aggregated row could be simulated to fit on")
         fitted, cost = _fit_times(compiled.matrix, start, factors, len(problems))
-        moved = max((abs(factor_value(fitted, n) - factor_value(current, n)) / max(abs(factor_value(current, n)),
-                                                                                      1e-12)
-                     for n in factors), default=0.0)
+        before = {n: factor_value(current, n) for n in factors}
+        moved = max((abs(factor_value(fitted, n) - v) / max(abs(v), 1e-12) for n, v in before.items()), default=0.0)
         current = fitted
         if moved <= SIM_FIT_TOLERANCE:
             break

@@ -18,10 +18,11 @@ The steps, in vLLM 0.33's order:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from typing import Any
 from dataclasses import replace
+from typing import Any
 
 from pdtune import limits, switches, versions
 from pdtune.errors import InputError
@@ -61,31 +62,26 @@ FLASHINFER_GDN_CHECKPOINT_TOKENS = 64
 SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "draft_model")
 
 
-#: Plans already made in this process: a plan search asks the same question many times (chapter 9's page of the
-#: article's model asks 1,112 times for about 100 distinct plans), and a plan is a frozen value.
-_PLANS: dict[tuple, StatePlan] = {}
-_PLANS_MAX = 4096
-
-
 def plan_state(spec: ModelSpec, **options: Any) -> StatePlan:
     """Plan one TP rank's KV cache for ``spec`` the way vLLM ``options["vllm"]`` would (every option is
     :func:`_plan_state`'s). The answer depends on the arguments, on the vLLM environment variables in force
     (``--vllm-env``, a chapter's ``vllm_env``) and on the data folder the switches table is read from; all of it
     is the cache's key, so a plan made under one environment is never handed out under another. A refused input
     is never cached (the error is raised again)."""
+    key = (spec, frozenset(options.items()), switches.active(), switches.env_source(), os.environ.get("PDTUNE_DATA"))
     try:
-        key = (spec, frozenset(options.items()), switches.active(), switches.env_source(), os.environ.get(
-            "PDTUNE_DATA"))
         hash(key)
     except TypeError:  # an unhashable option (a list of skipped layers): plan without the cache
         return _plan_state(spec, **options)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _plan_state(spec, **options)
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
+    return _kept_plan(*key)
+
+
+#: Plans already made in this process: a plan search asks the same question many times (chapter 9's page of the
+#: article's model asks 1,112 times for about 100 distinct plans), and a plan is a frozen value. The environment
+#: and data folder are in the key only to tell plans apart.
+@functools.lru_cache(maxsize=4096)
+def _kept_plan(spec: ModelSpec, options: frozenset, _env: tuple, _source: str, _data: str | None) -> StatePlan:
+    return _plan_state(spec, **dict(options))
 
 
 def _plan_state(
