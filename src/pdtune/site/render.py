@@ -21,9 +21,11 @@ import json
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import altair as alt
+if TYPE_CHECKING:  # altair costs 0.8 s to import; every CLI call builds a parser that reaches this module
+    import altair as alt
+
 
 STATIC_BUILD_ENV = "PDTUNE_STATIC_BUILD"
 #: Set for kernels nobody will interact with (the workbook's papermill runs): explorers print their note,
@@ -164,6 +166,8 @@ def _altair_renderer(spec: dict[str, Any], **_metadata: Any) -> dict[str, str]:
 
 
 def enable_renderer() -> None:
+    import altair as alt
+
     alt.renderers.register(RENDERER_NAME, _altair_renderer)
     alt.renderers.enable(RENDERER_NAME)
 
