@@ -394,6 +394,49 @@ def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
     assert p.to_dict()["latency_note"].startswith("pdtune.sim")
 
 
+def test_a_simulated_row_measures_two_rounds_and_at_least_512_requests() -> None:
+    """pdtune.plan.evaluate.sim_rounds: at least two rounds of one request per client, and the fewest whole rounds
+    that reach 512 measured requests; by hand, 8 clients need 512 / 8 = 64 rounds, 200 need ceil(512 / 200) = 3,
+    512 and 2,048 clients two."""
+    from pdtune.plan.evaluate import SIM_MEASURED, SIM_ROUNDS, sim_rounds
+
+    assert (SIM_MEASURED, SIM_ROUNDS) == (512, 2)
+    assert [sim_rounds(c) for c in (8, 200, 512, 2048)] == [64, 3, 2, 2]
+    assert sim_rounds(6, measured=30, rounds=1) == 5
+
+
+def test_simulated_rows_run_in_parallel_only_when_worth_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pdtune.plan.evaluate.sim_jobs: one process below SIM_PARALLEL_WORK or for one row; else one per row up to
+    the CPUs, PDTUNE_JOBS overriding the CPU count."""
+    from pdtune.plan.evaluate import SIM_PARALLEL_WORK, sim_jobs
+
+    monkeypatch.setenv("PDTUNE_JOBS", "3")
+    assert sim_jobs(4, SIM_PARALLEL_WORK - 1) == 1 and sim_jobs(1, 10 * SIM_PARALLEL_WORK) == 1
+    assert sim_jobs(4, SIM_PARALLEL_WORK) == 3 and sim_jobs(2, SIM_PARALLEL_WORK) == 2
+    monkeypatch.setenv("PDTUNE_JOBS", "1")
+    assert sim_jobs(4, 10 * SIM_PARALLEL_WORK) == 1
+
+
+@pytest.mark.slow
+def test_simulated_rows_are_the_same_in_worker_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each simulated row is a seeded, deterministic run: two worker processes report exactly what this process
+    reports for the same plan."""
+    import pdtune.plan.evaluate as evaluate
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128,
+                     prefill_topologies=("TP2",), decode_topologies=("TP4",), latency_model="simulated")
+    columns = ["deployment", "concurrency", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tpot_ms_p99", "tps_per_gpu"]
+    serial = plan(s, [Sla(min_tps_per_user=30)]).table[columns]
+    monkeypatch.setattr(evaluate, "SIM_PARALLEL_WORK", 0)
+    monkeypatch.setenv("PDTUNE_JOBS", "2")
+    calls: list[int] = []
+    jobs = evaluate.sim_jobs
+    monkeypatch.setattr(evaluate, "sim_jobs", lambda rows, work: calls.append(jobs(rows, work)) or calls[-1])
+    parallel = plan(s, [Sla(min_tps_per_user=30)]).table[columns]
+    assert 2 in calls  # some batch did go to two workers
+    assert parallel.equals(serial)
+
+
 KIMI_LIKE = Path(__file__).resolve().parent / "fixtures" / "models" / "kimi-k2-like"
 
 

@@ -43,7 +43,8 @@ up. Latencies come from the steady-state model by default (column latency_model)
 p90 = p99 = the median, and TPOT p90 = p99 = the median x the measured p99/median ratio of the bundled
 InferenceX points (or --tpot-p90-factor), or a measured decode sweep's p99; the plan prints which. With
 --latency-model simulated every reported row and SLA check comes from pdtune.sim (vLLM 0.33's scheduler stepped
-on the same costs: queueing, TTFT and TPOT tails), the search still ranked by the steady-state model.
+on the same costs: queueing, TTFT and TPOT tails), the search still ranked by the steady-state model; large
+rows are simulated one per CPU in worker processes (PDTUNE_JOBS=N sets how many, 1 keeps one process).
 Without an SLA the plan picks for 20, 50, 100 and 150 tokens/s per user; with one, nothing meeting it is an error.
 A pick keeps its TTFT under a ceiling when any row meeting the SLA does: by default 4x the ISL-token prompt's
 own TTFT alone on the fastest engine, at least 1 s (--ttft-ceiling-ms sets it); a pick above it is a warning.

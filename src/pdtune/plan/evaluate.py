@@ -86,16 +86,30 @@ def evaluate_rows(rows: pd.DataFrame, tpot_p90: TpotP90) -> pd.DataFrame:
 #: ``latency_model`` of rows the scheduler simulation evaluated.
 SIMULATED = "simulated (pdtune.sim)"
 SIMULATED_NOTE = ("pdtune.sim, vLLM 0.33's scheduler stepped on pdtune's step costs: an sa-bench closed loop at the "
-                  "row's concurrency (one round of warm-up, then two requests per client, lengths exactly the "
-                  "plan's), TTFT and TPOT medians and tails of the simulated requests, queueing included")
-#: Requests per client a simulated row measures, after one round of warm-up.
+                  "row's concurrency (one round of warm-up, then at least two rounds of one request per client and "
+                  "at least 512 requests, lengths exactly the plan's), TTFT and TPOT medians and tails of the "
+                  "simulated requests, queueing included")
+#: Rounds of one request per client a simulated row measures at least, after one round of warm-up. At thousands
+#: of clients the statistics still move with more rounds (DeepSeek-V3's pick on 72 GB200: median TTFT 19.2 s
+#: measured over one round, 9.9 s over two), so fewer than two is never used; more cost CPU in proportion.
 SIM_ROUNDS = 2
+#: Requests a simulated row measures at least: a row at 8 clients runs 64 rounds, so its p90 rests on 512
+#: requests, not 16.
+SIM_MEASURED = 512
+
+
+def sim_rounds(concurrency: int, measured: int = SIM_MEASURED, rounds: int = SIM_ROUNDS) -> int:
+    """Rounds of one request per client a simulated row measures: at least ``rounds``, and the fewest whole
+    rounds that reach ``measured`` requests."""
+    return max(rounds, -(-measured // max(1, concurrency)))
+
+
 #: Candidates one call of the simulated evaluator takes (best first) while an SLA's pick is sought.
 SIM_BATCH = 4
 
 
 def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any], tpot_p90: TpotP90,
-              *, rounds: int = SIM_ROUNDS) -> Evaluator:
+              *, measured: int = SIM_MEASURED) -> Evaluator:
     """The evaluation step run by the scheduler simulation (:mod:`pdtune.sim`): every row is simulated as the
     benchmark its recipe runs (sa-bench at the row's concurrency, ``random_range_ratio`` 1.0), aggregated rows
     as one of their servers (the replicas are alike), disaggregated rows as their ``x`` prefill and ``y``
@@ -105,7 +119,8 @@ def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str,
     Costs CPU time in proportion to the requests and steps simulated (tens of seconds a row at thousands of
     requests in flight), which is why the plan's default is the steady-state model."""
     return Evaluator(SIMULATED, partial(_simulate_rows, spec=spec, gpus=gpus, settings=settings, factors=factors,
-                                        tpot_p90=tpot_p90, rounds=rounds, cache={}), SIM_BATCH)
+                                        tpot_p90=tpot_p90, measured=measured, cache={}),
+                     SIM_BATCH)
 
 
 def _sim_engine(spec: Any, gpu: Any, s: Any, role: str, topology: str, mtp: int, load: int, cache: dict) -> Any:
@@ -134,39 +149,88 @@ def _sim_engine(spec: Any, gpu: Any, s: Any, role: str, topology: str, mtp: int,
     return cache[key]
 
 
-def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
-                   tpot_p90: TpotP90, rounds: int, cache: dict) -> pd.DataFrame:
+#: Request-tokens (simulated requests x output length, over a batch) above which a batch's rows are simulated in
+#: parallel processes: below it (a small plan, a test) starting the workers would cost more than it saves.
+SIM_PARALLEL_WORK = 1_000_000
+#: The statistics a simulated row reports.
+_SIM_KEYS = ("ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "tps_per_gpu",
+             "total_tps")
+
+
+def sim_jobs(rows: int, work: int) -> int:
+    """Processes that simulate a batch of ``rows`` rows of ``work`` request-tokens: one per row up to the CPUs
+    (``PDTUNE_JOBS`` overrides the CPU count; 1 keeps everything in this process), one below
+    :data:`SIM_PARALLEL_WORK`. Each row is a deterministic simulation, so the answer does not depend on it."""
+    import os
+
+    if work < SIM_PARALLEL_WORK or rows < 2:
+        return 1
+    env = os.environ.get("PDTUNE_JOBS", "").strip()
+    cpus = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+    return max(1, min(rows, cpus))
+
+
+def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
+                  measured: int, cache: dict | None = None) -> dict[str, float]:
+    """One reported row's benchmark, simulated (see :func:`simulated`): its statistics, ``total_tps`` for the
+    whole deployment."""
     from pdtune.sim import SimConfig, closed_loop, simulate, simulate_disagg
 
     s = settings
-    out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
+    cache = _WORKER_ENGINES if cache is None else cache
     config = SimConfig(record_timeline=False, acceptance=s.acceptance)
-    values: dict[str, list[float]] = {k: [] for k in ("ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50",
-                                                       "tpot_ms_p90", "tpot_ms_p99", "tps_per_gpu", "total_tps")}
-    for r in rows.to_dict("records"):
-        if r["mode"] == "agg":
-            gpu = gpus["decode"] if r.get("prefill_gpu") == gpus["decode"].name and \
-                r.get("prefill_gpu") != gpus["prefill"].name else gpus["prefill"]
-            role = "prefill" if gpu is gpus["prefill"] else "decode"
-            c = int(r["server_concurrency"])
-            engine = _sim_engine(spec, gpu, s, "agg", r["topology"], 0, c, cache)
-            wl = closed_loop(c, s.isl, s.osl, num_prompts=rounds * c, warmups=c, harness="sa-bench",
-                             range_ratio=1.0)
-            st = simulate(engine, wl, efficiency=factors[role].efficiency, config=config).stats()
-            total = st["total_tps"] * int(r["agg_replicas"])
-        else:
-            c = int(r["concurrency"])
-            p = _sim_engine(spec, gpus["prefill"], s, "prefill", r["prefill_topology"], 0,
-                            int(r["prefill_concurrency"]), cache)
-            d = _sim_engine(spec, gpus["decode"], s, "decode", r["decode_topology"], int(r["mtp_tokens"]),
-                            int(r["decode_concurrency"]), cache)
-            wl = closed_loop(c, s.isl, s.osl, num_prompts=rounds * c, warmups=c, harness="sa-bench",
-                             range_ratio=1.0)
-            st = simulate_disagg(p, d, int(r["n_prefill_workers"]), int(r["n_decode_workers"]), wl,
-                                 efficiency=factors["decode"].efficiency, config=config).stats()
-            total = st["total_tps"]
-        for k in values:
-            values[k].append(total if k == "total_tps" else st[k])
+    if r["mode"] == "agg":
+        gpu = gpus["decode"] if r.get("prefill_gpu") == gpus["decode"].name and \
+            r.get("prefill_gpu") != gpus["prefill"].name else gpus["prefill"]
+        role = "prefill" if gpu is gpus["prefill"] else "decode"
+        c = int(r["server_concurrency"])
+        engine = _sim_engine(spec, gpu, s, "agg", r["topology"], 0, c, cache)
+        wl = closed_loop(c, s.isl, s.osl, num_prompts=sim_rounds(c, measured) * c, warmups=c,
+                         harness="sa-bench", range_ratio=1.0)
+        st = simulate(engine, wl, efficiency=factors[role].efficiency, config=config).stats()
+        total = st["total_tps"] * int(r["agg_replicas"])
+    else:
+        c = int(r["concurrency"])
+        p = _sim_engine(spec, gpus["prefill"], s, "prefill", r["prefill_topology"], 0,
+                        int(r["prefill_concurrency"]), cache)
+        d = _sim_engine(spec, gpus["decode"], s, "decode", r["decode_topology"], int(r["mtp_tokens"]),
+                        int(r["decode_concurrency"]), cache)
+        wl = closed_loop(c, s.isl, s.osl, num_prompts=sim_rounds(c, measured) * c, warmups=c,
+                         harness="sa-bench", range_ratio=1.0)
+        st = simulate_disagg(p, d, int(r["n_prefill_workers"]), int(r["n_decode_workers"]), wl,
+                             efficiency=factors["decode"].efficiency, config=config).stats()
+        total = st["total_tps"]
+    return {k: float(total if k == "total_tps" else st[k]) for k in _SIM_KEYS}
+
+
+#: A worker process's engines (built once per worker and layout).
+_WORKER_ENGINES: dict = {}
+
+
+def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
+                   tpot_p90: TpotP90, measured: int, cache: dict) -> pd.DataFrame:
+    out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
+    records = rows.to_dict("records")
+    work = sum((sim_rounds(c, measured) + 1) * c * settings.osl
+               for c in (int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"]) for r in records))
+    one = partial(_simulate_one, spec=spec, gpus=gpus, settings=settings, factors=factors, measured=measured)
+    jobs = sim_jobs(len(records), work)
+    if jobs == 1:
+        stats = [one(r, cache=cache) for r in records]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            stats = list(pool.map(one, records))
+        except BaseException:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    values = {k: [st[k] for st in stats] for k in _SIM_KEYS}
     v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
     ttft = v["ttft_ms_p50"]
     return out.assign(

@@ -266,6 +266,10 @@ class KVCacheManager:
         self.num_reprefillable_tokens = num_reprefillable_tokens
         self.watermark_blocks = int(watermark * layout.num_blocks)
         self.req: list[dict[str, _Blocks]] = [{} for _ in layout.groups]
+        # Full-attention-only layouts (most models) take allocate_slots' short path: no skipped blocks, no
+        # recurrent state, a group's need is its missing blocks.
+        self._full_only = all(g.kind == FULL for g in layout.groups)
+        self._full_groups = [(per, g.block_size) for per, g in zip(self.req, layout.groups)]
 
     # ------------------------------------------------------------------------------------ queries
 
@@ -378,6 +382,9 @@ class KVCacheManager:
         """``KVCacheManager.allocate_slots``: True when the blocks were allocated, False (vLLM's None) when
         they do not fit."""
         rid = request.rid
+        if (self._full_only and hits is None and not num_external_computed_tokens and not full_sequence_must_fit):
+            return self._allocate_full(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens,
+                                       delay_cache_blocks, reserved_blocks, has_scheduled_reqs)
         ngroups = len(self.groups)
         hit_lists = hits if hits is not None else [[] for _ in range(ngroups)]
         local = request.num_computed_tokens + num_new_computed_tokens
@@ -411,6 +418,40 @@ class KVCacheManager:
             if new > 0:
                 self.pool.take(new)
                 rb.n += new
+        if not delay_cache_blocks:
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        return True
+
+    def _allocate_full(self, request: SimRequest, num_new_tokens: int, num_new_computed_tokens: int,
+                       num_lookahead_tokens: int, delay_cache_blocks: bool, reserved_blocks: int,
+                       has_scheduled_reqs: bool) -> bool:
+        """:meth:`allocate_slots` for a layout of full-attention groups and a request with no new hits or
+        external tokens (the running loop's every call): the same arithmetic, without the general case's calls
+        (``remove_skipped_blocks`` frees nothing and a group's need is ``cdiv(tokens, block) - held``)."""
+        rid = request.rid
+        total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
+        need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        need = 0
+        for per, block in self._full_groups:
+            rb = per.get(rid)
+            new = -(-need_slot // block) - (rb.n if rb is not None else 0)
+            if new > 0:
+                need += new
+        watermark = 0
+        if has_scheduled_reqs and request.status in (Status.WAITING, Status.PREEMPTED):
+            watermark = self.watermark_blocks
+        pool = self.pool
+        if need + watermark > pool.num_free - reserved_blocks:
+            return False
+        if need:
+            for per, block in self._full_groups:
+                rb = per.get(rid)
+                if rb is None:
+                    rb = per[rid] = _Blocks()
+                new = -(-need_slot // block) - rb.n
+                if new > 0:
+                    pool.take(new)
+                    rb.n += new
         if not delay_cache_blocks:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return True
@@ -458,16 +499,24 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         num_tokens = max(0, num_tokens - self.num_reprefillable_tokens)
-        hashed = self._num_hashes(request) * self.hash_block_size
+        if num_tokens < request.hash_floor:
+            return  # every group's hashes already cover these tokens (the hot path: a decode step within a block)
+        hbs = self.hash_block_size
+        hashed = max(0, request.num_prompt_tokens + request.num_output_tokens  # _num_hashes, inlined: a hot path
+                     - self.num_hash_lookahead_tokens) // hbs * hbs
+        upto = num_tokens if num_tokens < hashed else hashed
         rid = request.rid
+        floor = None
         for i, g in enumerate(self.groups):
             if g.kind == RECURRENT:
                 continue  # MambaSpec in mode "none" is not prefix-cacheable
             rb = self.req[i].get(rid)
             if rb is None:
                 continue
-            full = min(num_tokens, hashed) // g.block_size
+            full = upto // g.block_size
             if rb.cached >= full:
+                if floor is None or (rb.cached + 1) * g.block_size < floor:
+                    floor = (rb.cached + 1) * g.block_size
                 continue
             if self.hits_modeled and request.prefix_id is not None:
                 for j in range(max(rb.cached, rb.nulls), full):
@@ -478,6 +527,10 @@ class KVCacheManager:
                         rb.explicit[j] = self.pool.insert(key, 1)
             rb.cached = full
             rb.tracked = True
+            if floor is None or (full + 1) * g.block_size < floor:
+                floor = (full + 1) * g.block_size
+        if floor is not None:
+            request.hash_floor = floor
 
     # ------------------------------------------------------------------------------------ freeing
 
@@ -515,6 +568,7 @@ class KVCacheManager:
         """``KVCacheManager.free``: every group's blocks back to the pool, tail first. A preempted request
         (``may_return``) keeps its hashed blocks findable until they are evicted."""
         rid = request.rid
+        request.hash_floor = 0  # its hashes start again with its next blocks
         for i, per_group in enumerate(self.req):
             rb = per_group.pop(rid, None)
             if rb is None:

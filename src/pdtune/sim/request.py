@@ -30,7 +30,7 @@ class SimRequest:
     __slots__ = (
         "rid", "index", "num_prompt_tokens", "max_tokens", "prefix_id", "prefix_len", "num_output_tokens",
         "num_computed_tokens", "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens",
-        "drop_stale_output", "spec_tokens", "is_prefill_chunk", "status", "num_preemptions", "remote_prefill",
+        "drop_stale_output", "spec_tokens", "is_prefill_chunk", "hash_floor", "status", "num_preemptions", "remote_prefill",
         "kv_ready", "rank", "t_send", "t_arrive", "t_first", "t_last", "token_times", "token_counts",
         "pending_send", "client", "warmup", "prefill_done_at", "transfer_s", "target", "partner", "front_scale",
     )
@@ -51,6 +51,7 @@ class SimRequest:
         self.drop_stale_output = False
         self.spec_tokens = 0  # len(spec_token_ids): draft tokens (or placeholders) for the next step
         self.is_prefill_chunk = False
+        self.hash_floor = 0  # KVCacheManager.cache_blocks hashes nothing new below this many tokens (its cache)
         self.status = Status.WAITING
         self.num_preemptions = 0
         self.remote_prefill = False  # P/D decode side: the prompt's KV comes from a prefill engine

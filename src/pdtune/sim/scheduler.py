@@ -226,6 +226,7 @@ class Scheduler:
         threshold = cfg.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
 
         running = self.running
+        prefill_lookahead = cfg.num_prefill_lookahead  # 0 without a drafter: skip the call, a hot loop
         index = 0
         while index < len(running) and token_budget > 0:
             request = running[index]
@@ -241,7 +242,8 @@ class Scheduler:
                 n = threshold
             n = min(n, token_budget, input_budget - draft_slots)
             n = min(n, max_len - request.num_computed_tokens - 1)
-            n = self._reserve_prefill_lookahead(request, request.num_computed_tokens, n)
+            if prefill_lookahead:
+                n = self._reserve_prefill_lookahead(request, request.num_computed_tokens, n)
             if n <= 0:
                 index += 1
                 continue
