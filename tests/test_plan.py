@@ -377,6 +377,33 @@ def test_every_reported_row_and_sla_check_goes_through_the_evaluation_step() -> 
     assert max(calls[:-1]) <= 5 and len(calls) > 2  # candidates came a batch at a time
 
 
+def test_an_evaluator_with_a_limit_stops_the_search_and_says_so() -> None:
+    """Evaluator.limit (the simulation's SIM_CANDIDATES): an evaluator that puts every TTFT far above the ceiling
+    is asked about at most ``limit`` candidates per SLA; the pick is the best of those, flagged above the ceiling,
+    and its warning says how many were searched of how many meet the SLA."""
+    from pdtune.plan import Evaluator, evaluate_rows
+    from pdtune.plan.inputs import tpot_p90_rule
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128)
+    asked: list[int] = []
+
+    def queued(rows: object) -> object:
+        asked.append(len(rows))  # type: ignore[arg-type]
+        out = evaluate_rows(rows, tpot_p90_rule(1.0))  # type: ignore[arg-type]
+        return out.assign(ttft_ms_p50=1e6, ttft_ms_p90=1e6, ttft_ms_p99=1e6, latency_model="queued")
+
+    p = plan(s, [Sla(min_tps_per_user=30)], evaluator=Evaluator("queued", queued, batch=2, limit=5))
+    pick = p.picks[0]
+    assert pick.met and pick.above_ceiling and pick.searched == 5 and pick.candidates > 5
+    assert sum(asked[:-1]) <= 5  # the search's calls (the last one evaluates the reported frontier)
+    assert pick.to_dict()["search_cut_after"] == 5
+    (line,) = p.warnings()
+    assert f"none of the 5 best candidates evaluated (queued, which evaluates at most 5 of the {pick.candidates:,} " \
+        "rows meeting the SLA) is below it" in line
+    unlimited = plan(s, [Sla(min_tps_per_user=30)], evaluator=Evaluator("queued", queued, batch=2))
+    assert unlimited.picks[0].searched is None and "no row meeting the SLA is below it" in unlimited.warnings()[0]
+
+
 def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
     """--latency-model simulated (pdtune.sim, issue 23): a small plan's reported rows are simulated runs of their
     benchmark, with queueing tails the steady-state model has not (its TTFT p90 equals the median); the pick

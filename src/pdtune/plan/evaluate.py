@@ -45,11 +45,12 @@ class Evaluator:
     """How reported rows are evaluated: a name for the ``latency_model`` column, the function that turns rows
     into reported rows (the columns :func:`evaluate_rows` writes), and how many rows one call should take
     (None: all at once; a slow evaluator, such as a simulation, takes the candidates of an SLA a batch at a
-    time, best first, until its pick is found)."""
+    time, best first, until its pick is found, and at most ``limit`` of them)."""
 
     name: str
     evaluate: Callable[[pd.DataFrame], pd.DataFrame]
     batch: int | None = None
+    limit: int | None = None  # the most candidates one SLA's search evaluates (None: until its pick is found)
 
     def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
         return self.evaluate(rows)
@@ -106,6 +107,11 @@ def sim_rounds(concurrency: int, measured: int = SIM_MEASURED, rounds: int = SIM
 
 #: Candidates one call of the simulated evaluator takes (best first) while an SLA's pick is sought.
 SIM_BATCH = 4
+#: The most candidates an SLA's search simulates. The steady-state ranking puts high concurrencies first, and the
+#: simulation can put every one of them above the TTFT ceiling (queues the steady-state model does not see):
+#: without a bound the search would simulate hundreds of rows (DeepSeek-V3 on 72 GB200: 36 rows, 34 CPU-minutes,
+#: and still searching). A pick found this way is flagged as above the ceiling, with the count searched.
+SIM_CANDIDATES = 12
 
 
 def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any], tpot_p90: TpotP90,
@@ -120,7 +126,7 @@ def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str,
     requests in flight), which is why the plan's default is the steady-state model."""
     return Evaluator(SIMULATED, partial(_simulate_rows, spec=spec, gpus=gpus, settings=settings, factors=factors,
                                         tpot_p90=tpot_p90, measured=measured, cache={}),
-                     SIM_BATCH)
+                     SIM_BATCH, SIM_CANDIDATES)
 
 
 def _sim_engine(spec: Any, gpu: Any, s: Any, role: str, topology: str, mtp: int, load: int, cache: dict) -> Any:

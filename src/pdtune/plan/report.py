@@ -44,12 +44,14 @@ class Pick:
     best_disagg: int | None = None
     above_ceiling: bool = False  # the pick's TTFT is above the plan's TTFT ceiling (no row meeting it is below)
     faster_above_ceiling: int | None = None  # a row meeting the SLA with more tokens/s per GPU, above the ceiling
+    searched: int | None = None  # candidates evaluated when the evaluator's limit cut the search short, else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"sla": self.sla.to_dict(), "describe": self.sla.describe(), "met": self.met, "row": self.row,
                 "closest_row": self.closest_row, "shortfall": self.shortfall, "candidates": self.candidates,
                 "runner_up_row": self.runner_up, "best_agg_row": self.best_agg, "best_disagg_row": self.best_disagg,
-                "above_ttft_ceiling": self.above_ceiling, "faster_above_ttft_ceiling_row": self.faster_above_ceiling}
+                "above_ttft_ceiling": self.above_ceiling, "faster_above_ttft_ceiling_row": self.faster_above_ceiling,
+                "search_cut_after": self.searched}
 
 
 def _ranked(rows: pd.DataFrame, mask: np.ndarray) -> list[Any]:
@@ -74,6 +76,7 @@ class _Choice:
     faster_above: Any = None
     closest: Any = None
     shortfall: float | None = None
+    searched: int | None = None  # the evaluator's limit stopped the search after this many candidates
 
 
 def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, ceiling: TtftCeiling, *,
@@ -87,6 +90,9 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     ceiling); the runner-up the next best meeting it of another deployment; and the best aggregated and the
     best disaggregated row meeting it (same ceiling rule as the pick). The table holds the steady-state
     frontier and all of these, evaluated.
+
+    An evaluator with a ``limit`` evaluates at most that many candidates per SLA; a search it cut short says
+    so in its pick (``searched``).
 
     ``rows`` may stand for more rows than it holds (the disaggregated staircase of :mod:`pdtune.plan.staircase`,
     which holds every row a pick can be): ``meeting`` then counts the disaggregated rows of the whole search
@@ -122,8 +128,10 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
         under_of: dict[Any, bool] = {}
         dep_of: dict[Any, str] = {}
         mode_of: dict[Any, str] = {}
-        for start in range(0, len(ranked), batch):
-            chunk = ranked[start:start + batch]
+        limit = len(ranked) if evaluator.limit is None else min(evaluator.limit, len(ranked))
+        finished = False
+        for start in range(0, limit, batch):
+            chunk = ranked[start:min(start + batch, limit)]
             evaluate(chunk)
             sub = evaluated(chunk)
             ok = sla.meets(sub)
@@ -139,7 +147,10 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
                     if under[i]:
                         within.setdefault(key, lab)
             if "pick" in within and {"agg", "disagg"} <= set(within) | set(anywhere) and len(order) > 1:
+                finished = True
                 break
+        if not finished and limit < len(ranked):
+            choice.searched = limit
         if order:  # the evaluated numbers decide among the candidates evaluated (the ranking only ordered them)
             tps = evaluated(order)["tps_per_gpu"].to_numpy(dtype=float)
             order = [order[i] for i in np.lexsort((np.arange(len(order)), -tps))]
@@ -201,7 +212,8 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
             picked.setdefault(c.pick, []).append(c.sla.describe())
         picks.append(Pick(c.sla, c.pick is not None, row_of.get(c.pick), row_of.get(c.closest), c.shortfall,
                           c.candidates, row_of.get(c.runner_up), row_of.get(c.best.get("agg")),
-                          row_of.get(c.best.get("disagg")), c.above_ceiling, row_of.get(c.faster_above)))
+                          row_of.get(c.best.get("disagg")), c.above_ceiling, row_of.get(c.faster_above),
+                          c.searched))
     table["picked_for"] = ["; ".join(picked.get(lab, [])) for lab in table.index]
     met = np.column_stack([sla.meets(table) for sla in slas]) if slas else np.zeros((len(table), 0), dtype=bool)
     table["meets_sla"] = [[bool(v) for v in row] for row in met]

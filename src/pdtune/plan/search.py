@@ -185,9 +185,12 @@ class Plan:
         for pick in self.picks:
             if pick.met and pick.above_ceiling and c is not None and pick.row is not None:
                 r = self.row(pick.row)
+                why = ("no row meeting the SLA is below it" if pick.searched is None else
+                       f"none of the {pick.searched} best candidates evaluated ({self.latency_model}, which evaluates "
+                       f"at most {pick.searched} of the {pick.candidates:,} rows meeting the SLA) is below it")
                 out.append(f"warning: the pick for {pick.sla.describe()} (row {pick.row}, {r['deployment']}) has a "
                            f"TTFT of {ceil_to(r['ttft_ms_p50']):,.0f} ms, above the TTFT ceiling of {c.ms:,.0f} ms "
-                           f"({c.source}); no row meeting the SLA is below it")
+                           f"({c.source}); {why}")
         return out
 
     def comparison(self, pick: Pick) -> dict[str, Any]:
