@@ -58,31 +58,50 @@ def _f(x: float | None) -> str:
     return "    -" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:5.1f}"
 
 
+def _simulate_group(problem, model: str, gpu: str, folds: int, fit: bool) -> tuple[pd.DataFrame, float]:
+    """One model x GPU group's rows simulated (a worker's job): the table and its CPU seconds."""
+    c0 = time.process_time()
+    frame = heldout_rows(problem, model, gpu, lomo_factors(model, gpu), folds=folds, latency_model=SIMULATED,
+                         fit_simulated=fit)
+    return frame, time.process_time() - c0
+
+
 def simulated_lomo(problems: dict, folds: int, csv: str | None, *, fit: bool = False,
-                   only: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+                   only: list[str] | None = None, jobs: int = 1) -> tuple[pd.DataFrame, dict]:
     """Every model x GPU's rows simulated with the shipped leave-one-model-out factors (``lomo_models.csv``, the
-    factors the scorecard's fits found; not refitted here), the groups with the fewest requests first, each
-    printed with its time as it ends and the table so far written to ``csv``."""
-    frames, used = [], {}
+    factors the scorecard's fits found; not refitted here), ``jobs`` groups at a time in worker processes (the
+    largest first, so the last to end is a small one), each printed with its time as it ends and the table so far
+    written to ``csv`` in the groups' order (fewest requests first)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     keys = sorted((k for k in problems if k[0] in MODELS and (only is None or f"{k[0]}/{k[1]}" in only)),
                   key=lambda k: float((problems[k].rows["concurrency"] * problems[k].rows["osl"]).sum()))
-    for model, gpu in keys:
-        t0, c0 = time.perf_counter(), time.process_time()
-        frame = heldout_rows(problems[(model, gpu)], model, gpu, lomo_factors(model, gpu), folds=folds,
-                             latency_model=SIMULATED, fit_simulated=fit)
-        frames.append(frame)
-        used[(model, gpu)] = str(lomo_models().set_index(["model_key", "gpu_name"]).loc[(model, gpu), "fitted_on"]
-                                 ).split()
+    used = {k: str(lomo_models().set_index(["model_key", "gpu_name"]).loc[k, "fitted_on"]).split() for k in keys}
+    done: dict[tuple[str, str], pd.DataFrame] = {}
+    t0 = time.perf_counter()
+
+    def report(key: tuple[str, str], frame: pd.DataFrame, cpu: float) -> None:
+        done[key] = frame
         (tm, _), (pm, _) = error_percentiles(frame["lomo_ttft_ms_p50_error"]), error_percentiles(frame["lomo_tpot_ms_p50_error"])
         if fit:
             (ct, _), (cp, _) = (error_percentiles(frame["calibrated_ttft_ms_p50_error"]),
                                 error_percentiles(frame["calibrated_tpot_ms_p50_error"]))
-            print(f"  calibrated through the simulation {model}/{gpu}: TTFT {_f(ct)} %, TPOT {_f(cp)} %", flush=True)
-        print(f"  simulated {model}/{gpu}: {len(frame)} rows, TTFT {_f(tm)} %, TPOT {_f(pm)} %, "
-              f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU", flush=True)
+            print(f"  calibrated through the simulation {key[0]}/{key[1]}: TTFT {_f(ct)} %, TPOT {_f(cp)} %", flush=True)
+        print(f"  simulated {key[0]}/{key[1]}: {len(frame)} rows, TTFT {_f(tm)} %, TPOT {_f(pm)} %, "
+              f"{cpu:.0f} s CPU, ended at {time.perf_counter() - t0:.0f} s wall", flush=True)
         if csv:
-            _write_csv(pd.concat(frames, ignore_index=True), csv)
-    return pd.concat(frames, ignore_index=True), used
+            _write_csv(pd.concat([done[k] for k in keys if k in done], ignore_index=True), csv)
+
+    if jobs <= 1:
+        for key in keys:
+            report(key, *_simulate_group(problems[key], *key, folds, fit))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_simulate_group, problems[key], *key, folds, fit): key for key in reversed(keys)}
+            for future in as_completed(futures):
+                report(futures[future], *future.result())
+    return pd.concat([done[k] for k in keys], ignore_index=True), used
 
 
 def _write_csv(table: pd.DataFrame, csv: str) -> None:
@@ -101,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-simulated", action="store_true",
                         help="with --latency-model simulated: calibrate each fold through the simulator too")
     parser.add_argument("--groups", metavar="MODEL/GPU,...", help="only these model x GPU groups")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="with --latency-model simulated: groups simulated at once (default: the CPUs)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     df = load_results(silicon_file())
@@ -111,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         table, lomo_used = held.table, held.lomo_models
     else:
         table, lomo_used = simulated_lomo(problems, args.folds, args.csv, fit=args.fit_simulated,
-                                          only=args.groups.split(",") if args.groups else None)
+                                          only=args.groups.split(",") if args.groups else None, jobs=args.jobs)
     summary = heldout_summary(table)
     print(f"pdtune ({args.latency_model} latency model) on aiconfigurator's vLLM aggregated rows (MEASURED rows; "
           "predictions MODELED); |error| in %")
