@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
           f"deployments, {len(rows)} table rows; pick row {pick['row']}: {picked['deployment']} at concurrency "
           f"{picked['concurrency']}, TTFT p50 {picked['ttft_ms_p50']:,.0f} ms / p90 {picked['ttft_ms_p90']:,.0f} ms, "
           f"TPOT p50 {picked['tpot_ms_p50']:.1f} ms, {picked['tps_per_gpu']:,.0f} tokens/s per GPU "
-          f"({picked['latency_model']}); above the TTFT ceiling: {pick['above_ttft_ceiling']}, search cut after "
-          f"{pick['search_cut_after']} candidates" if simulated else f"({picked['latency_model']})")
+          f"({picked['latency_model']})"
+          + (f"; above the TTFT ceiling: {pick['above_ttft_ceiling']}, search cut after "
+             f"{pick['search_cut_after']} candidates" if simulated else ""))
     if PEER.exists():
         with tempfile.TemporaryDirectory() as tmp:
             peer, _ = _run([str(PEER), *PEER_CASE, "--save-dir", tmp], REPO)
