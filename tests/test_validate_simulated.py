@@ -98,6 +98,9 @@ def test_simulated_rows_are_conserved_and_tails_ordered() -> None:
     # The steady-state model has no spread: its tails are its median.
     for point in steady[steady["predicted"]].to_dict("records"):
         assert all(point[f"predicted_{t}"] == point[f"predicted_{t.split('_ms_')[0]}_ms_p50"] for t in TAILS)
+    # In worker processes (one per deployment: the unreadable topologies are deployments of their own), the same
+    # table in the same order.
+    pd.testing.assert_frame_equal(validate_rows(rows, spec, gpu, eff, latency_model="simulated", jobs=2), sim)
     unpredicted = sim[~sim["predicted"]]
     assert list(unpredicted["row"]) == [10_000_001, 10_000_002]
     assert unpredicted["reason"].str.len().gt(0).all()

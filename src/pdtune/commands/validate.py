@@ -20,7 +20,7 @@ from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import deployment_key, holdout_key
 from pdtune.perfmodel.repeats import fold_repeats
-from pdtune.perfmodel.simulated import SIMULATED
+from pdtune.perfmodel.simulated import SIMULATED, simulation_jobs
 from pdtune.perfmodel.validation import METRICS, Selection, error_summary, select_rows, validate_rows
 from pdtune.results import GpuCounts, load_results
 from pdtune.topology import is_deployment, parse_deployment, parse_topology
@@ -119,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
         eff, source = defaults.efficiency, f"defaults for {gpu.name} ({defaults.source}: {defaults.note})"
     if args.harness is not None and args.latency_model != SIMULATED:
         raise InputError("--harness", "harness", "names the clients --latency-model simulated runs; give both")
-    points = validate_rows(selection.rows, spec, gpu, eff, latency_model=args.latency_model, harness=args.harness)
+    jobs = simulation_jobs() if args.latency_model == SIMULATED else 1
+    points = validate_rows(selection.rows, spec, gpu, eff, latency_model=args.latency_model, harness=args.harness,
+                           jobs=jobs)
     points = mark_fitted(points, selection.rows, calibration, gpu.name)
     summary = error_summary(points[points["scored"]])
     in_sample = error_summary(points[points["predicted"] & points["in_sample"] & points["repeat_of"].isna()])

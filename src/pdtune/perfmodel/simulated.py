@@ -125,6 +125,15 @@ class SimulatedPoint:
     linear: CompiledPoint | None = field(default=None, compare=False)
 
 
+def simulation_jobs() -> int:
+    """Worker processes a large simulated job may use: ``PDTUNE_JOBS`` when it is a positive integer (1 keeps
+    everything in the calling process), else the CPUs."""
+    import os
+
+    env = os.environ.get("PDTUNE_JOBS", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+
+
 def _config(config: SimConfig | None, eff: Efficiency) -> SimConfig:
     base = config or SimConfig()
     return replace(base, overhead_cv=eff.front_end_cv, record_timeline=True)
@@ -368,4 +377,4 @@ def form_error(point: CompiledPoint, stats: dict[str, float], eff: Efficiency,
 
 __all__ = ["BAND", "HARNESSES", "Harness", "LATENCY_MODELS", "SILICON_HARNESS", "SILICON_STATISTIC", "SIMULATED",
            "STEADY_STATE", "SimulatedPoint", "form_error", "linear_form", "predict_agg_simulated",
-           "predict_disagg_simulated", "prediction", "simulate_point", "workload", "Callable"]
+           "predict_disagg_simulated", "prediction", "simulate_point", "simulation_jobs", "workload", "Callable"]

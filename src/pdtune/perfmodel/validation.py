@@ -330,10 +330,13 @@ TAILS = ("ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p90", "tpot_ms_p99")
 
 
 def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency, *,
-                  latency_model: str = "steady-state", harness: str | None = None) -> pd.DataFrame:
+                  latency_model: str = "steady-state", harness: str | None = None, jobs: int = 1) -> pd.DataFrame:
     """One point per row of ``rows`` (already selected): measured, predicted (median and tails), error, source,
     the ``latency_model`` that predicted it; unpredicted rows carry ``predicted = False`` and their ``reason``.
-    ``harness`` overrides the harness a simulated row's source implies (:func:`row_harness`)."""
+    ``harness`` overrides the harness a simulated row's source implies (:func:`row_harness`). With ``jobs`` > 1 a
+    simulated validation runs its deployments in that many worker processes (:func:`_validate_in_workers`)."""
+    if jobs > 1 and latency_model == "simulated" and len(rows) > 1:
+        return _validate_in_workers(rows, spec, gpu, eff, harness, jobs)
     cache = EngineCache()
     points = []
     for index, row in rows.iterrows():
@@ -389,6 +392,40 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
                         point[f"{metric}_error"] = predicted[metric] / measured - 1
         points.append(point)
     return pd.DataFrame(points)
+
+
+def _validate_in_workers(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency, harness: str | None,
+                         jobs: int) -> pd.DataFrame:
+    """:func:`validate_rows` simulated, one deployment (topology, mode, precision) per job in ``jobs`` worker
+    processes, the most simulated requests first; the table is the serial one, in the rows' order (each row's
+    simulation is seeded, so where it ran changes nothing)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
+    keys = [" | ".join(str(row.get(k)) for k in ("topology", "mode", "precision", "gemm_quant_mode", "moe_quant_mode"))
+            for _, row in rows.iterrows()]
+    parts: dict[str, list[int]] = {}
+    for position, key in enumerate(keys):
+        parts.setdefault(key, []).append(position)
+    work = pd.to_numeric(rows["concurrency"], errors="coerce").fillna(1) * \
+        pd.to_numeric(rows.get("osl", pd.Series(1, index=rows.index)), errors="coerce").fillna(1)
+    chunks = sorted(parts.values(), key=lambda p: -float(work.iloc[p].sum()))
+    if len(chunks) < 2:
+        return validate_rows(rows, spec, gpu, eff, latency_model="simulated", harness=harness)
+    one = partial(validate_rows, spec=spec, gpu=gpu, eff=eff, latency_model="simulated", harness=harness)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        frames = list(pool.map(one, [rows.iloc[c] for c in chunks]))
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    order = np.argsort(np.concatenate(chunks), kind="stable")
+    records = pd.concat(frames, ignore_index=True).iloc[order].to_dict("records")
+    return pd.DataFrame(records)  # built as the serial table is, so its columns' types are the same
 
 
 def _int_or_none(value: Any) -> int | None:

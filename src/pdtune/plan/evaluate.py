@@ -167,13 +167,11 @@ def sim_jobs(rows: int, work: int) -> int:
     """Processes that simulate a batch of ``rows`` rows of ``work`` request-tokens: one per row up to the CPUs
     (``PDTUNE_JOBS`` overrides the CPU count; 1 keeps everything in this process), one below
     :data:`SIM_PARALLEL_WORK`. Each row is a deterministic simulation, so the answer does not depend on it."""
-    import os
+    from pdtune.perfmodel.simulated import simulation_jobs
 
     if work < SIM_PARALLEL_WORK or rows < 2:
         return 1
-    env = os.environ.get("PDTUNE_JOBS", "").strip()
-    cpus = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
-    return max(1, min(rows, cpus))
+    return max(1, min(rows, simulation_jobs()))
 
 
 def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
