@@ -11,6 +11,8 @@
   SIGKILLed and could clean up nothing; elsewhere a daemon thread watches the parent's pid. Jupyter kernels a
   worker starts watch *their* parent the same way (ipykernel's parent poller, ``JPY_PARENT_PID``), so the whole
   tree goes.
+* :func:`map_in_workers`: a function over items in spawned worker processes that die with this one, and are
+  killed at once when it is interrupted.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: ``prctl`` option number (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
@@ -99,3 +105,28 @@ def _watch_parent(parent_pid: int, interval: float = 0.5) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="pdtune-parent-watch", daemon=True).start()
+
+
+def _init_worker(parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and stops its workers itself
+
+
+def map_in_workers(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
+    """``[fn(x) for x in items]`` in ``jobs`` spawned worker processes (spawned, not forked: the caller may hold
+    threads), in the items' order. The workers die with this process (:func:`die_with_parent`); when the call is
+    interrupted (Ctrl-C, SIGTERM, an error) they are killed before the exception goes on."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(os.getpid(),))
+    try:
+        out = list(pool.map(fn, items))
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return out

@@ -399,9 +399,9 @@ def _validate_in_workers(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff:
     """:func:`validate_rows` simulated, one deployment (topology, mode, precision) per job in ``jobs`` worker
     processes, the most simulated requests first; the table is the serial one, in the rows' order (each row's
     simulation is seeded, so where it ran changes nothing)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
     from functools import partial
+
+    from pdtune.signals import map_in_workers
 
     keys = [" | ".join(str(row.get(k)) for k in ("topology", "mode", "precision", "gemm_quant_mode", "moe_quant_mode"))
             for _, row in rows.iterrows()]
@@ -414,15 +414,7 @@ def _validate_in_workers(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff:
     if len(chunks) < 2:
         return validate_rows(rows, spec, gpu, eff, latency_model="simulated", harness=harness)
     one = partial(validate_rows, spec=spec, gpu=gpu, eff=eff, latency_model="simulated", harness=harness)
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=multiprocessing.get_context("spawn"))
-    try:
-        frames = list(pool.map(one, [rows.iloc[c] for c in chunks]))
-    except BaseException:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    frames = map_in_workers(one, [rows.iloc[c] for c in chunks], jobs)
     order = np.argsort(np.concatenate(chunks), kind="stable")
     records = pd.concat(frames, ignore_index=True).iloc[order].to_dict("records")
     return pd.DataFrame(records)  # built as the serial table is, so its columns' types are the same

@@ -222,18 +222,9 @@ def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], setti
     if jobs == 1:
         stats = [one(r, cache=cache) for r in records]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from pdtune.signals import map_in_workers
 
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        try:
-            stats = list(pool.map(one, records))
-        except BaseException:
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.kill()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+        stats = map_in_workers(one, records, jobs)
     values = {k: [st[k] for st in stats] for k in _SIM_KEYS}
     v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
     ttft = v["ttft_ms_p50"]

@@ -128,33 +128,13 @@ def scenario_plan(scenario: Scenario, source: str | Path) -> WorkbookPlan:
     so it starts, and stops on Ctrl-C, as fast as before); a question pdtune cannot answer (a budget smaller
     than the smallest deployment, a calibration for another model) is bad input naming the parameters file
     and the key."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
+    from pdtune.signals import map_in_workers
 
-    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_child, initargs=(os.getpid(),))
-    try:
-        outcome = pool.submit(_plan_job, scenario).result()
-    except BaseException:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    [outcome] = map_in_workers(_plan_job, [scenario], 1)
     if "error" in outcome:
         field, message = outcome["error"]
         raise InputError(source, field, message)
     return WorkbookPlan(outcome["data"], outcome["summary"], tuple(outcome["rows"]))
-
-
-def _init_child(parent_pid: int) -> None:
-    import signal
-
-    from pdtune.signals import die_with_parent
-
-    die_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workbook answers Ctrl-C and stops this process itself
 
 
 def _plan_job(scenario: Scenario) -> dict[str, Any]:
