@@ -436,7 +436,10 @@ class Scheduler:
         stopped_running: set[str] = set()
         stopped_waiting: set[str] = set()
         self.delivered: list[tuple[SimRequest, int]] = []
+        delivered = self.delivered
         k = self.config.num_spec_tokens
+        max_len = self.config.max_model_len
+        cache_blocks = self.kv.cache_blocks
         requests = self.requests
         for rid, n in plan.num_scheduled_tokens.items():
             request = requests.get(rid)
@@ -468,7 +471,7 @@ class Scheduler:
             for i in range(1, tokens + 1):
                 request.num_output_tokens += 1
                 kept = i
-                if (request.num_tokens >= self.config.max_model_len
+                if (request.num_prompt_tokens + request.num_output_tokens >= max_len  # num_tokens, inlined
                         or request.num_output_tokens >= request.max_tokens):
                     stopped = True
                     if not stale:
@@ -476,9 +479,9 @@ class Scheduler:
                     break
             if not stale and request.num_output_placeholders > 0:
                 request.num_output_placeholders -= tokens
-            self.delivered.append((request, kept))
+            delivered.append((request, kept))
             if not stale and status_before is Status.RUNNING and (had_placeholders or k > 0):
-                self.kv.cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
+                cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
             if stopped:
                 request.status = Status.FINISHED
                 self._free_request(request)
