@@ -12,7 +12,8 @@ from pdtune.gpus import load_gpu
 from pdtune.model import load_model
 from pdtune.paths import clusters_dir
 from pdtune.perfmodel.calibrate import calibrate, load_calibration, write_calibration
-from pdtune.perfmodel.fit import deployment_key, split_deployments
+from pdtune.perfmodel.fit import split_deployments
+from pdtune.perfmodel.validation import deployment_key
 from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.validation import select_rows
 from pdtune.results import load_results

@@ -54,7 +54,7 @@ def unfolded() -> dict:
 
 def test_the_silicon_sample_repeats_198_of_its_1307_fitted_rows(unfolded: dict) -> None:
     # Counted independently of fold_repeats: rows agreeing on deployment, workload and both medians to 6 digits.
-    from pdtune.perfmodel.fit import deployment_key
+    from pdtune.perfmodel.validation import deployment_key
 
     total = repeats = 0
     per_pair = {}

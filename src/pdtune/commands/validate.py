@@ -18,10 +18,10 @@ from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel.calibrate import Calibration, load_calibration
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
-from pdtune.perfmodel.fit import deployment_key, holdout_key
+from pdtune.perfmodel.fit import holdout_key
 from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.simulated import SIMULATED, simulation_jobs
-from pdtune.perfmodel.validation import METRICS, Selection, error_summary, select_rows, validate_rows
+from pdtune.perfmodel.validation import METRICS, Selection, deployment_key, error_summary, select_rows, validate_rows
 from pdtune.results import GpuCounts, load_results
 from pdtune.topology import is_deployment, parse_deployment, parse_topology
 

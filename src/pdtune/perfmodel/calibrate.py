@@ -46,10 +46,10 @@ from pdtune.io import atomic_write_text
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import FACTORS, Efficiency
 from pdtune.perfmodel.defaults import gpu_defaults, measurement_digest
-from pdtune.perfmodel.fit import HOLDOUT_BY, Problem, deployment_key, fit_efficiency, holdout_key, split_deployments
+from pdtune.perfmodel.fit import HOLDOUT_BY, Problem, fit_efficiency, holdout_key, split_deployments
 from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.simulated import LATENCY_MODELS
-from pdtune.perfmodel.validation import error_summary, model_key, validate_rows
+from pdtune.perfmodel.validation import deployment_key, error_summary, model_key, validate_rows
 
 FORMAT_VERSION = 1
 

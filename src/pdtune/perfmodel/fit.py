@@ -40,7 +40,7 @@ from pdtune.perfmodel.validation import (
     EngineCache,
     cached_engine,
     compile_agg,
-    model_key,
+    deployment_key,
     row_harness,
     row_setup,
     row_statistic,
@@ -112,21 +112,6 @@ class Problem:
     spec: ModelSpec
     gpu: GpuSpec
     rows: pd.DataFrame
-
-
-def deployment_key(row: pd.Series | dict[str, Any]) -> str:
-    """What makes a deployment: model, GPU, mode, layout, weight precision (not vLLM version, not workload,
-    so that the same run exported twice is always one deployment)."""
-    get = row.get
-
-    def txt(name: str) -> str:
-        value = get(name)
-        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-
-    return " | ".join(
-        [model_key(get("model")), txt("gpu"), txt("mode"), txt("topology"), txt("precision"),
-         txt("gemm_quant_mode"), txt("moe_quant_mode")]
-    )
 
 
 #: What ``pdtune calibrate --holdout-by`` holds out whole: deployments (the default), ISLs or concurrencies.

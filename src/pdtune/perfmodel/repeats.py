@@ -3,7 +3,7 @@
 A results table can hold the same run twice: aiconfigurator's silicon sample exports some runs from two source
 files (``2026-03-25.csv`` and ``2026-04-06.csv``) under two ids, once with the vLLM version recorded and once
 without. Counting both would weigh those runs twice in a fit and twice in a median, so a row is a **repeat** of
-another when it has the same deployment (:func:`pdtune.perfmodel.fit.deployment_key`), the same ISL, OSL and
+another when it has the same deployment (:func:`pdtune.perfmodel.validation.deployment_key`), the same ISL, OSL and
 concurrency, and the same measured median TTFT and TPOT to :data:`DIGITS` significant digits (the two exports
 of one run differ only beyond the twelfth digit, from printing floats; two distinct runs never agree to six).
 
@@ -40,7 +40,7 @@ def _int_text(value: Any) -> str:
 
 def measurement_key(row: pd.Series | dict[str, Any]) -> str:
     """What one measurement is: its deployment, its workload and its two measured medians."""
-    from pdtune.perfmodel.fit import deployment_key
+    from pdtune.perfmodel.validation import deployment_key
 
     get = row.get
     return " | ".join([deployment_key(row), _int_text(get("isl")), _int_text(get("osl")),
@@ -69,7 +69,7 @@ def _row_id(rows: pd.DataFrame, index: Any) -> str:
 def fold_repeats(rows: pd.DataFrame) -> Folded:
     """One row per measurement. Of a group of repeats the row that records the vLLM version is kept (the
     prediction uses it), else the first in the table's order."""
-    from pdtune.perfmodel.fit import deployment_key
+    from pdtune.perfmodel.validation import deployment_key
 
     twin = pd.Series([None] * len(rows), index=rows.index, dtype=object)
     if not len(rows):

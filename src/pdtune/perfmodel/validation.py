@@ -64,6 +64,21 @@ def model_key(name: object) -> str:
     return text.rsplit("/", 1)[-1].lower()
 
 
+def deployment_key(row: pd.Series | dict[str, Any]) -> str:
+    """What makes a deployment: model, GPU, mode, layout, weight precision (not vLLM version, not workload,
+    so that the same run exported twice is always one deployment)."""
+    get = row.get
+
+    def txt(name: str) -> str:
+        value = get(name)
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+    return " | ".join(
+        [model_key(get("model")), txt("gpu"), txt("mode"), txt("topology"), txt("precision"),
+         txt("gemm_quant_mode"), txt("moe_quant_mode")]
+    )
+
+
 @dataclass(frozen=True)
 class Selection:
     rows: pd.DataFrame
@@ -396,17 +411,15 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
 
 def _validate_in_workers(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Efficiency, harness: str | None,
                          jobs: int) -> pd.DataFrame:
-    """:func:`validate_rows` simulated, one deployment (topology, mode, precision) per job in ``jobs`` worker
-    processes, the most simulated requests first; the table is the serial one, in the rows' order (each row's
-    simulation is seeded, so where it ran changes nothing)."""
+    """:func:`validate_rows` simulated, one deployment (:func:`deployment_key`) per job in
+    ``jobs`` worker processes, the most simulated requests first; the table is the serial one, in the rows' order
+    (each row's simulation is seeded, so where it ran changes nothing)."""
     from functools import partial
 
     from pdtune.signals import map_in_workers
 
-    keys = [" | ".join(str(row.get(k)) for k in ("topology", "mode", "precision", "gemm_quant_mode", "moe_quant_mode"))
-            for _, row in rows.iterrows()]
     parts: dict[str, list[int]] = {}
-    for position, key in enumerate(keys):
+    for position, key in enumerate(rows.apply(deployment_key, axis=1)):
         parts.setdefault(key, []).append(position)
     work = pd.to_numeric(rows["concurrency"], errors="coerce").fillna(1) * \
         pd.to_numeric(rows.get("osl", pd.Series(1, index=rows.index)), errors="coerce").fillna(1)

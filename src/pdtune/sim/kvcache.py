@@ -501,10 +501,7 @@ class KVCacheManager:
         num_tokens = max(0, num_tokens - self.num_reprefillable_tokens)
         if num_tokens < request.hash_floor:
             return  # every group's hashes already cover these tokens (the hot path: a decode step within a block)
-        hbs = self.hash_block_size
-        hashed = max(0, request.num_prompt_tokens + request.num_output_tokens  # _num_hashes, inlined: a hot path
-                     - self.num_hash_lookahead_tokens) // hbs * hbs
-        upto = num_tokens if num_tokens < hashed else hashed
+        upto = min(num_tokens, self._num_hashes(request) * self.hash_block_size)
         rid = request.rid
         floor = None
         for i, g in enumerate(self.groups):
