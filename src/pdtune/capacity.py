@@ -27,7 +27,7 @@ from pdtune.errors import InputError
 from pdtune.memory import Waterfall, weights_per_gpu
 from pdtune.model import ModelSpec
 from pdtune.results.schema import empty_frame
-from pdtune.state import plan_state
+from pdtune.state import StatePlan, plan_state
 from pdtune.topology import deployment_layout, parse_topology
 from pdtune.units import GiB, MiB, from_gib
 
@@ -70,10 +70,22 @@ def capacity_by_version(
     vllm_versions: Iterable[str],
     **plan_kwargs: Any,
 ) -> pd.DataFrame:
-    """What vLLM logs for one KV cache under several lines: blocks, max concurrency, "GPU KV cache size"."""
+    """What vLLM logs for one KV cache under several lines: blocks, max concurrency, "GPU KV cache size".
+
+    A line that cannot plan the model (0.11 and MiMo-V2-Flash's pages of two sizes) has no row; the frame's
+    ``attrs["cannot_plan"]`` says which and why. The last line's refusal is raised (nothing to show).
+    """
     rows = []
-    for v in dict.fromkeys(vllm_versions):  # a line named twice (the parameter and a fixed one) once
-        plan = plan_state(spec, vllm=v, **plan_kwargs)
+    cannot: dict[str, str] = {}
+    lines = list(dict.fromkeys(vllm_versions))  # a line named twice (the parameter and a fixed one) once
+    for v in lines:
+        try:
+            plan = plan_state(spec, vllm=v, **plan_kwargs)
+        except InputError as err:
+            if v == lines[-1] or len(cannot) == len(lines) - 1:
+                raise
+            cannot[v] = err.message
+            continue
         cap = plan.capacity(kv_cache_bytes)
         rows.append({
             "vllm": v,
@@ -88,7 +100,27 @@ def capacity_by_version(
             "kv_cache_tokens": cap.kv_cache_tokens,
             "requests_by_bytes": cap.requests_by_bytes,
         })
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame.attrs["cannot_plan"] = cannot
+    return frame
+
+
+#: The vLLM line of the article's arithmetic (its 759 MiB per request).
+ARTICLE_LINE = "0.11"
+
+
+def article_request(spec: ModelSpec, *, max_model_len: int, kv_cache_dtype: str,
+                    vllm: str) -> tuple[StatePlan, str]:
+    """The whole, unsharded request (TP=1) the article's arithmetic divides by: vLLM 0.11's, as the article
+    computed it, and ``vllm``'s for a model 0.11 cannot plan (MiMo-V2-Flash: its full and sliding layers have
+    pages of different sizes, which 0.11 cannot group). The second value says which, "" for 0.11's."""
+    try:
+        return plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
+                          vllm=ARTICLE_LINE), ""
+    except InputError as err:
+        plan = plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+        return plan, (f"vLLM {ARTICLE_LINE} cannot plan {spec.name} ({err.message}); the article's arithmetic "
+                      f"divides by {plan.semantics.label}'s unsharded request instead")
 
 
 def topology_capacity(
@@ -121,7 +153,7 @@ def topology_capacity(
     model's heads, or that uses pipeline parallelism, gets a ``note`` and no numbers. Rows with MTP only
     for a model with an MTP layer.
     """
-    unsharded = plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm="0.11")
+    unsharded, _ = article_request(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
     # MTP rows only for a model that has an MTP layer to draft with.
     ks = [0] + ([num_speculative_tokens] if num_speculative_tokens and (spec.num_mtp_layers or speculative_model)
                 else [])

@@ -401,4 +401,25 @@ def weights_per_gpu(spec: ModelSpec, *, tp: int, ep: int | None = None, mtp: boo
         "norms": 1,
     }
     per_gpu = {name: cdiv(size, divisor[name]) for name, size in full.items()}
+    if spec.attention is not None and spec.sliding_attention is not None:
+        per_gpu["attention_kv"] = _kv_projections_per_gpu(spec, full["attention_kv"], tp, mtp)
     return WeightsPerGpu(per_gpu, tp, shards, mtp)
+
+
+def _kv_projections_per_gpu(spec: ModelSpec, total: int, tp: int, mtp: bool) -> int:
+    """k/v projection bytes on one rank when full and sliding layers have their own KV heads (MiMo-V2-Flash:
+    4 and 8): each layer's share of ``total`` shrinks with TP until TP reaches that layer's KV heads."""
+    from pdtune.model import LayerKind
+
+    shares: dict[int, int] = {}
+    kinds = list(spec.layer_kinds) + [spec.attention_kind] * (spec.num_mtp_layers if mtp else 0)
+    for kind in kinds:
+        a = spec.attention_for(kind)
+        if a is None or kind not in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION):
+            continue
+        split = min(tp, a.num_kv_heads)
+        shares[split] = shares.get(split, 0) + a.num_kv_heads * (a.head_dim + a.v_head_dim)
+    whole = sum(shares.values())
+    if not whole:
+        return 0
+    return sum(cdiv(total * share, whole * split) for split, share in shares.items())

@@ -114,15 +114,16 @@ def _mixer(spec: ModelSpec, kind: LayerKind) -> ParameterCount:
     h = spec.hidden_size
     count = ParameterCount()
     if kind in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION, LayerKind.CHUNKED_ATTENTION):
-        a = spec.attention
+        a = spec.attention_for(kind)  # MiMo-V2-Flash's sliding layers have their own heads
         assert a is not None
         q = a.num_heads * a.head_dim
         kv = a.num_kv_heads * a.head_dim
-        q_and_o = h * q * (2 if a.output_gate else 1) + q * h
+        k_and_v = h * a.num_kv_heads * (a.head_dim + a.v_head_dim)  # V narrower than K where head_dim_v says
+        q_and_o = h * q * (2 if a.output_gate else 1) + a.num_heads * a.v_head_dim * h
         extra = 2 * a.head_dim if spec.model_type.startswith("qwen3") else 0  # q_norm, k_norm
         if spec.model_type == "gpt_oss":
             extra += q + 2 * kv + h + a.num_heads  # qkv/o biases and the per-head attention sinks
-        count += ParameterCount(attention=q_and_o, attention_kv=2 * h * kv, norms=extra)
+        count += ParameterCount(attention=q_and_o, attention_kv=k_and_v, norms=extra)
     elif kind is LayerKind.MLA:
         m = spec.mla
         assert m is not None

@@ -24,6 +24,9 @@ from pdtune.state import AttentionPage, MambaCacheMode, StatePlan, plan_state
 from pdtune.topology import parse_topology
 from pdtune.units import MiB
 
+#: The vLLM line of the article's arithmetic (its 759 MiB per request).
+ARTICLE_LINE = "0.11"
+
 
 #: TP sizes chapter 1 sweeps; those that do not divide a model's heads are skipped.
 TP_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -129,19 +132,39 @@ def request_table(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def arithmetic_line(spec: ModelSpec, vllm: str = versions.CURRENT, *, quiet: bool = False, **plan_kwargs: Any) -> str:
+    """The vLLM line whose arithmetic the chapters call the article's: 0.11, as the article computed, or
+    ``vllm`` for a model 0.11 cannot plan (MiMo-V2-Flash: full and sliding pages of different sizes, which
+    0.11 cannot group; no 0.11 served such a model). Says so in one printed line unless ``quiet``.
+    ``plan_kwargs`` are :func:`plan_state`'s (the request the chapter plans)."""
+    try:
+        plan_state(spec, vllm=ARTICLE_LINE, **plan_kwargs)
+        return ARTICLE_LINE
+    except InputError as err:
+        plan_state(spec, vllm=vllm, **plan_kwargs)  # a model no line plans is refused here, as before
+        if not quiet:
+            print(f"Note: vLLM {ARTICLE_LINE} cannot plan {spec.name} ({err.message}); the article's arithmetic "
+                  f"below is vLLM {vllm}'s.")
+        return vllm
+
+
 def length_sweep(models: Mapping[str, ModelSpec], lengths: Iterable[int] = LENGTHS, *, kv_cache_dtype: str,
                  vllm: str = "0.11") -> pd.DataFrame:
     """MiB one request of each model takes at each length (TP=1, ``vllm``'s arithmetic), for the length chart.
 
-    A length above a model's own limit is left out for that model (vLLM would refuse it).
+    A length above a model's own limit is left out for that model (vLLM would refuse it). A model ``vllm``
+    cannot plan (0.11 and MiMo-V2-Flash) is planned by the newest line (:func:`arithmetic_line`).
     """
     rows = []
     for label, spec in models.items():
         limit = spec.max_length.tokens if spec.max_length else None
+        line = vllm
+        if vllm == ARTICLE_LINE:
+            line = arithmetic_line(spec, quiet=True, max_model_len=LENGTHS[0], kv_cache_dtype=kv_cache_dtype)
         for tokens in lengths:
             if limit is not None and tokens > limit:
                 continue
-            plan = plan_state(spec, max_model_len=tokens, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+            plan = plan_state(spec, max_model_len=tokens, kv_cache_dtype=kv_cache_dtype, vllm=line)
             rows.append({"model": label, "tokens": tokens, "mib_per_request": plan.bytes_per_request / MiB,
                          "kind": "hybrid" if spec.is_hybrid else "attention only",
                          "provenance": provenance_of(plan)})
@@ -215,7 +238,9 @@ def state_breakdown(plan: StatePlan) -> pd.DataFrame:
                 per_token = page.bytes_per_token  # type: ignore[union-attr]
                 needed = plan.max_model_len
                 if isinstance(page, AttentionPage) and page.sliding_window is not None:
-                    needed = min(page.sliding_window - 1 + plan.request.max_num_batched_tokens, needed)
+                    # what SlidingWindowSpec reserves: the window over every token in flight (the planner's rule)
+                    r = plan.request
+                    needed = min(page.sliding_window - 1 + r.extra_retained_tokens + r.in_flight, needed)
                 held = blocks * page_bytes
                 used = min(needed * per_token, held)
                 add("attention KV", kind, 1, blocks, used)
@@ -272,7 +297,9 @@ def version_plans(
     """
     common = dict(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, tp=tp)
     num_speculative_tokens = mtp_tokens(spec, num_speculative_tokens)
-    plans = {"vLLM 0.11: the article's arithmetic": plan_state(spec, vllm="0.11", **common)}
+    plans = {}
+    if arithmetic_line(spec, vllm, quiet=True, **common) == ARTICLE_LINE:  # a model 0.11 cannot plan: no bar
+        plans["vLLM 0.11: the article's arithmetic"] = plan_state(spec, vllm=ARTICLE_LINE, **common)
     plans[f"vLLM {vllm}: no MTP, no prefix caching"] = plan_state(spec, vllm=vllm, **common)
     if num_speculative_tokens:
         plans[f"vLLM {vllm}: MTP {num_speculative_tokens}"] = plan_state(
@@ -465,6 +492,9 @@ def plan_numbers(plan: StatePlan, *, relative_to: StatePlan | None = None) -> di
     attention = [g for g in plan.groups if not g.kind.is_recurrent]
     full = [g for g in attention if getattr(g.page, "sliding_window", None) is None] or attention
     attn_blocks = max((g.blocks_per_request for g in full), default=0)
+    # the group's own block: unifying page sizes can scale it past plan.block_tokens (MiMo-V2-Flash's full layers)
+    attn_block = max((getattr(g.page, "block_size", plan.block_tokens) for g in full
+                      if g.blocks_per_request == attn_blocks), default=plan.block_tokens)
     numbers: dict[str, Any] = {
         "model": plan.model.name,
         "vllm": plan.semantics.version,
@@ -484,7 +514,8 @@ def plan_numbers(plan: StatePlan, *, relative_to: StatePlan | None = None) -> di
         "rec-bytes": rec.state_bytes if rec is not None else 0,
         "rec-share": recurrent_share(plan),
         "attn-blocks": attn_blocks,
-        "slots": attn_blocks * plan.block_tokens,
+        "attn-block": attn_block,
+        "slots": attn_blocks * attn_block,
         "tail-mib": float(tail) / MiB,
     }
     if relative_to is not None:

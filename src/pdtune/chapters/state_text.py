@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pdtune.chapters.state import kind_name, mtp_tokens, plan_numbers
-from pdtune.model import ModelSpec
+from pdtune.model import LayerKind, ModelSpec
 from pdtune.state import StatePlan
 from pdtune.units import MiB
 
@@ -27,9 +27,13 @@ def request_sentence(plan: StatePlan) -> str:
     n = plan_numbers(plan)
     text = (f"One {n['tokens']:,}-token request of {n['model']} pins {n['pages']:,} pages × "
             f"{size_text(n['page-bytes'])} = {n['mib']:,.2f} MiB in the article's arithmetic.")
-    if n["tail-mib"] > 0:
+    if n["tail-mib"] > 0 and n["slots"] == n["tokens"]:  # the full layers fill their blocks; the sliding ones don't
+        text += (f" Its {n['attn-block']:,}-token full-attention blocks divide the {n['tokens']:,} tokens exactly; "
+                 f"the {size_text(n['tail-mib'] * MiB)} left empty is the extra block each sliding-window layer "
+                 "keeps, because its window need not start on a block boundary.")
+    elif n["tail-mib"] > 0:
         text += (f" About {size_text(n['tail-mib'] * MiB)} of it is the empty tail of the last attention block: "
-                 f"{n['attn-blocks']:,} blocks of {n['block']:,} tokens hold {n['slots']:,} token slots for "
+                 f"{n['attn-blocks']:,} blocks of {n['attn-block']:,} tokens hold {n['slots']:,} token slots for "
                  f"{n['tokens']:,} tokens.")
     else:
         text += (f" Its {n['block']:,}-token blocks divide the {n['tokens']:,} tokens exactly, so no block "
@@ -43,8 +47,10 @@ def recurrent_sentence(spec: ModelSpec) -> str:
         recurrent = sum(1 for kind in spec.layer_kinds if kind.is_recurrent)
         return (f"{spec.name} keeps such a state in {recurrent} of its {spec.num_layers} layers "
                 f"({spec.kinds_summary()}).")
-    return (f"{spec.name} has no recurrent layers ({spec.kinds_summary()}): its column is empty here, and all of "
-            "its state grows with tokens.")
+    local = any(layer.kind in (LayerKind.SLIDING_ATTENTION, LayerKind.CHUNKED_ATTENTION) for layer in spec.cache_layers)
+    grows = ("its state grows with tokens, its windowed layers' only up to their window" if local
+             else "all of its state grows with tokens")
+    return f"{spec.name} has no recurrent layers ({spec.kinds_summary()}): its column is empty here, and {grows}."
 
 
 def mtp_sentence(spec: ModelSpec, plans: Mapping[str, StatePlan], vllm: str) -> str:
@@ -143,6 +149,16 @@ def model_line(spec: ModelSpec) -> str:
     if spec.mla is not None:
         return (f"{spec.name} uses MLA: one compressed latent vector per token in place of K and V per head, so "
                 "its bytes per token are the latent's, and they grow with every token all the same.")
+    local = [layer for layer in spec.cache_layers
+             if layer.kind in (LayerKind.SLIDING_ATTENTION, LayerKind.CHUNKED_ATTENTION)]
+    if local:
+        windows = sorted({layer.window for layer in local if layer.window})
+        span = " or ".join(f"{w:,}" for w in windows) or "a window of"
+        what = "sliding-window" if local[0].kind is LayerKind.SLIDING_ATTENTION else "chunked local"
+        return (f"All {spec.num_layers} layers of {spec.name} are attention, but only {spec.num_layers - len(local)} "
+                f"of them see every token: the other {len(local)} are {what} layers that look back at most "
+                f"{span} tokens, so their state stops growing there (vLLM still reserves blocks for the window "
+                "plus the tokens in flight).")
     return f"All {spec.num_layers} layers of {spec.name} are attention: its state grows with every token."
 
 

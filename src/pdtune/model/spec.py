@@ -97,7 +97,7 @@ class AttentionShape:
     head_dim: int
     output_gate: bool = False  # Qwen3-Next/3.5 double the q projection for a sigmoid output gate
     sliding_window: int | None = None
-    head_dim_v: int | None = None  # when V is narrower than K (none of the bundled models)
+    head_dim_v: int | None = None  # when V is narrower than K (MiMo-V2-Flash: K 192, V 128)
 
     @property
     def v_head_dim(self) -> int:
@@ -282,10 +282,18 @@ class ModelSpec:
     kv_cache_quant_algo: str | None = None  # what --kv-cache-dtype auto resolves to (modelopt checkpoints)
     text_model_type: str | None = None  # the language model's model_type inside a multimodal wrapper
     total_attention_heads: int = 0  # the config's num_attention_heads (0 when it has none), what vLLM checks TP on
+    sliding_attention: AttentionShape | None = None  # the sliding layers' own, when not ``attention`` (MiMo)
 
     @property
     def num_layers(self) -> int:
         return len(self.layer_kinds)
+
+    def attention_for(self, kind: LayerKind) -> AttentionShape | None:
+        """The GQA shape of a layer of ``kind``: the sliding layers' own where the model has one
+        (MiMo-V2-Flash's sliding layers have 8 KV heads, its full layers 4), else ``attention``."""
+        if kind is LayerKind.SLIDING_ATTENTION and self.sliding_attention is not None:
+            return self.sliding_attention
+        return self.attention
 
     def count(self, kind: LayerKind) -> int:
         return sum(1 for k in self.layer_kinds if k is kind)

@@ -71,7 +71,7 @@ def attention_page(spec: ModelSpec, layer: CacheLayer, tp: int, kvd: KVDtype, bl
         return MLAPage(block, m.latent_dim, kvd.element_bytes,
                        latent_bytes_per_token=latent if latent != m.latent_dim * kvd.element_bytes else None,
                        indexer_bytes_per_token=indexer)
-    a = spec.attention
+    a = spec.attention_for(layer.kind)  # MiMo-V2-Flash's sliding layers have their own heads
     if a is None:
         raise InputError(spec.source, "num_attention_heads", "missing for an attention layer")
     if a.num_heads % tp:

@@ -403,7 +403,7 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
         "## State per request",
         "",
         f"{_num(state['bytes'])} B = **{state['mib']:,.2f} MiB** per request on one unsharded engine "
-        f"(TP=1, no MTP, no prefix caching): {state['pages']} pages of {state['block_tokens']}-token blocks.",
+        f"(TP=1, no MTP, no prefix caching): {state['pages']:,} pages of {state['block_tokens']}-token blocks.",
         "",
         f"Same figure: `{state['command']}`",
         "",

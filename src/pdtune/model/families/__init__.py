@@ -24,6 +24,7 @@ FAMILIES: dict[str, Builder] = {
         "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl_text", "qwen3_vl_moe_text", "olmoe",
         "phimoe")},
     "llama4_text": attention.llama4,
+    "mimo_v2_flash": attention.mimo_v2,
     **{t: mla.mla for t in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa")},
     **{t: hybrid.gdn for t in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")},
     "nemotron_h": hybrid.nemotron_h,

@@ -12,6 +12,7 @@ own window when the model passes one and that model-wide value otherwise. So a M
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pdtune import limits
@@ -180,4 +181,56 @@ def llama4(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
         moe_layers=moe_layers,
         intermediate_size=cfg.int("intermediate_size_mlp", cfg.raw.get("intermediate_size")),
         attention_chunk_size=chunk,
+    )
+
+
+def mimo_v2(cfg: Config, common: dict[str, Any], family: str) -> ModelSpec:
+    """MiMo-V2-Flash (vLLM 0.33 ``mimo_v2.py``, ``MiMoV2FlashDecoderLayer``): ``hybrid_layer_pattern[i] == 1``
+    makes layer ``i`` a sliding-window layer of its own shape (``swa_num_attention_heads``,
+    ``swa_num_key_value_heads``, ``swa_head_dim``, ``swa_v_head_dim``; window ``sliding_window_size``), 0 a
+    full-attention layer (``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``v_head_dim``).
+    Each ``Attention`` caches K at the K head size and V at the V head size (``head_size_v``). A layer is MoE
+    when ``moe_layer_freq`` is a list whose entry is truthy (an int makes every layer dense, as
+    ``is_moe_layer`` reads it). ``attention_chunk_size`` is ignored: vLLM deletes it from MiMo-V2 configs
+    (``_strip_mimo_v2_attention_chunk_size``), so the hybrid KV-cache manager stays on."""
+    n = cfg.int("num_hidden_layers")
+    pattern = cfg.raw.get("hybrid_layer_pattern")
+    if not isinstance(pattern, list) or len(pattern) != n or any(
+            isinstance(f, bool) or f not in (0, 1) for f in pattern):
+        raise InputError(cfg.source, "hybrid_layer_pattern", f"must list one 0 (full) or 1 (sliding) per layer "
+                                                              f"({n} layers)")
+    kinds = tuple(LayerKind.SLIDING_ATTENTION if f == 1 else LayerKind.FULL_ATTENTION for f in pattern)
+    window = None
+    if LayerKind.SLIDING_ATTENTION in kinds:
+        window = limits.bound(cfg.int("sliding_window_size"), limits.MAX_MODEL_LEN, cfg.source,
+                              "sliding_window_size", "tokens a window can span")
+    full = attention_shape(cfg, sliding_window=window)
+    if cfg.has("v_head_dim"):
+        full = replace(full, head_dim_v=cfg.int("v_head_dim"))
+    sliding = None
+    if window is not None:
+        sliding = attention_shape(cfg, sliding_window=window, heads_key="swa_num_attention_heads",
+                                  kv_key="swa_num_key_value_heads", head_dim_key="swa_head_dim")
+        if cfg.has("swa_v_head_dim"):
+            sliding = replace(sliding, head_dim_v=cfg.int("swa_v_head_dim"))
+    moe = moe_shape(cfg, experts_key="n_routed_experts")
+    freq = cfg.raw.get("moe_layer_freq")
+    if isinstance(freq, list):
+        if len(freq) != n or any(not isinstance(f, (bool, int)) for f in freq):
+            raise InputError(cfg.source, "moe_layer_freq", f"must list one 0/1 per layer ({n} layers)")
+        moe_layers = tuple(moe is not None and bool(f) for f in freq)
+    else:
+        moe_layers = (False,) * n
+    if any(moe_layers) and moe is None:
+        raise InputError(cfg.source, "n_routed_experts", "missing, but moe_layer_freq names MoE layers")
+    return ModelSpec(
+        **common,
+        layer_kinds=kinds,
+        weights=weight_format(cfg, common["dtype"]),
+        attention=full,
+        sliding_attention=sliding,
+        moe=moe if any(moe_layers) else None,
+        moe_layers=moe_layers,
+        intermediate_size=_dense_width(cfg) if not all(moe_layers) else 0,
+        num_mtp_layers=mtp_layers(cfg),
     )

@@ -12,13 +12,14 @@ from pdtune.model.spec import AttentionShape, MoEShape, WeightFormat, dtype_byte
 
 
 def attention_shape(cfg: Config, *, output_gate: bool = False, sliding_window: int | None = None,
-                    heads_key: str = "num_attention_heads", kv_key: str = "num_key_value_heads") -> AttentionShape:
+                    heads_key: str = "num_attention_heads", kv_key: str = "num_key_value_heads",
+                    head_dim_key: str = "head_dim") -> AttentionShape:
     heads = cfg.int(heads_key)
     kv = cfg.int(kv_key, heads)
     if heads % kv:
         raise InputError(cfg.source, kv_key, f"{kv} does not divide {heads_key} {heads}")
-    if cfg.has("head_dim"):
-        head_dim = cfg.int("head_dim")
+    if cfg.has(head_dim_key):
+        head_dim = cfg.int(head_dim_key)
     else:
         hidden = cfg.int("hidden_size")
         if hidden % heads:
