@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from pdtune.perfmodel.defaults import silicon_file, silicon_problems
-from pdtune.perfmodel.fit import PRIOR, _residuals, compile_problems, objective
+from pdtune.perfmodel.fit import _residuals, compile_problems, objective
+from pdtune.perfmodel.prior import PRIOR
 from pdtune.perfmodel.sensitivity import factor_sensitivity
 from pdtune.results import load_results
 
@@ -29,6 +31,17 @@ def test_a_factor_no_row_depends_on_is_the_priors(dense: list) -> None:
     # At the prior itself nothing has moved, and some factor the dense rows do depend on is informed by them.
     assert (table["moved_sigma"].abs() < 1e-12).all()
     assert table["data_share"].max() > 0.05
+
+
+def test_an_unpulled_factor_is_set_by_the_rows_with_no_share(dense: list) -> None:
+    from pdtune.perfmodel.prior import HAND_SET as UNSOURCED
+
+    point = replace(PRIOR, arrival_clustering=0.15)
+    table = factor_sensitivity(dense, point, PRIOR, unpulled=UNSOURCED).set_index("factor")
+    for name in UNSOURCED:
+        assert table.loc[name, "set_by"] == "rows" and math.isnan(table.loc[name, "data_share"]), name
+    pulled = table.drop(index=list(UNSOURCED))
+    assert pulled["data_share"].notna().all() and set(pulled["set_by"]) <= {"data", "prior"}
 
 
 def test_the_pull_is_gaussian_and_the_loss_robust_on_the_data_only(dense: list) -> None:

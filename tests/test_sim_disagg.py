@@ -57,4 +57,4 @@ def test_a_slower_link_adds_its_transfer_time_to_ttft() -> None:
     assert d_transfer > 0.005
     d_ttft = nic.stats()["ttft_ms_p50"] / 1000 - nvlink.stats()["ttft_ms_p50"] / 1000
     # The decode engine sees the finished load at its next step (async scheduling: up to a step or two later).
-    assert d_transfer <= d_ttft < d_transfer + 0.05
+    assert d_transfer - 1e-9 <= d_ttft < d_transfer + 0.05  # equal up to rounding when nothing waits

@@ -36,7 +36,7 @@ from pdtune.perfmodel.defaults import (
     write_fitted_rows,
 )
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from pdtune.perfmodel.fit import PRIOR
+from pdtune.perfmodel.prior import HAND_SET, PRIOR
 from pdtune.perfmodel.sensitivity import factor_sensitivity
 from pdtune.results import load_results
 
@@ -59,12 +59,14 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
         eff, models = fits[members]
         n = sum(len(p.rows) for p in mine)
         fitted[gpu] = pd.concat([p.rows for p in mine]) if mine else pd.DataFrame()
-        by_data = [f for f, s in zip(sensitivity[-1]["factor"], sensitivity[-1]["set_by"], strict=True) if s == "data"]
+        set_by = dict(zip(sensitivity[-1]["factor"], sensitivity[-1]["set_by"], strict=True))
+        by_data = [f for f, s in set_by.items() if s == "data"]
         where = (f"{n} vLLM aggregated rows on {' and '.join(members)}" if n
                  else "no rows on this architecture: every GPU's rows")
         rows.append(GpuDefaults(gpu, eff, "silicon",
                                 f"fitted on {where} of {' '.join(models)}; set by the rows: "
-                                f"{' '.join(by_data) or 'none'}; the other factors sit at the prior (fit.PRIOR)"))
+                                f"{' '.join(by_data) or 'none'}; the other factors sit at the prior "
+                                f"(perfmodel.prior: published values, hand-set for {' '.join(sorted(HAND_SET))})"))
     for gpu in ("gb200", "gb300"):
         rows.append(GpuDefaults(gpu, DEFAULT_EFFICIENCY, "article", "the article-tuned factors (chapters 5-7)"))
     write_defaults(out, rows, "pdtune's default performance-model factors per GPU; written by fit_defaults.py")

@@ -15,8 +15,10 @@ table 3 adds up. The article's prose subtracts it anyway; :meth:`Waterfall.kv_ca
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cache
 
 from pdtune.errors import InputError
 from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP, bound
@@ -200,6 +202,20 @@ def capture_sizes(max_capture_size: int, max_num_batched_tokens: int, vllm: str 
             and max_num_batched_tokens <= ceiling and max_num_batched_tokens not in sizes):
         sizes.append(max_num_batched_tokens)
     return sorted(set(sizes))
+
+
+@cache
+def _sizes(max_capture_size: int, max_num_batched_tokens: int, vllm: str) -> tuple[int, ...]:
+    return tuple(capture_sizes(max_capture_size, max_num_batched_tokens, vllm))
+
+
+def graph_tokens(tokens: float, max_capture_size: int, max_num_batched_tokens: int, vllm: str = "0.33") -> float:
+    """The tokens a step of ``tokens`` runs with: up to the largest of :func:`capture_sizes` vLLM pads the batch
+    to the next captured size (``CudagraphDispatcher``; a mean over ranks is rounded up to whole tokens first); a
+    larger step runs eagerly as it is."""
+    sizes = _sizes(max_capture_size, max_num_batched_tokens, vllm)
+    i = bisect_left(sizes, max(1, math.ceil(tokens - 1e-9)))
+    return float(sizes[i]) if i < len(sizes) else tokens
 
 
 def default_max_num_batched_tokens(max_num_seqs: int, num_speculative_tokens: int = 0) -> int:

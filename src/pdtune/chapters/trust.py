@@ -91,9 +91,10 @@ def headline(card: Scorecard) -> dict[str, float]:
 
 
 def prior_sentence(path: str | None = None) -> str:
-    """Which factors of the shipped defaults the rows decide and which sit at the prior, per architecture, read
-    from ``data/perfmodel/prior_sensitivity.csv`` (written by ``data/perfmodel/fit_defaults.py``)."""
+    """Where the fit's pull comes from, and which factors the rows decide, per architecture, read from
+    ``data/perfmodel/prior_sensitivity.csv`` (written by ``data/perfmodel/fit_defaults.py``)."""
     from pdtune.paths import data_dir
+    from pdtune.perfmodel.prior import HAND_SET
 
     table = pd.read_csv(path or data_dir() / "perfmodel" / "prior_sensitivity.csv")
     parts = []
@@ -101,10 +102,23 @@ def prior_sentence(path: str | None = None) -> str:
         by_data = frame.loc[frame["set_by"] == "data", "factor"].tolist()
         names = ", ".join(f"`{f}`" for f in by_data) or "no factor"
         parts.append(f"{names} of {len(frame)} on {gpus.upper().replace(' ', ' and ')}")
-    return ("The fit pulls every factor towards hand-set round values (`pdtune.perfmodel.fit.PRIOR`), which were "
-            "not fitted to any row; on these rows the measurements decide only " + "; ".join(parts)
-            + " (they remove at least half of the prior's uncertainty): every other factor, each fixed cost "
-            "among them, stays where the prior puts it (`data/perfmodel/prior_sensitivity.csv`).")
+    hand = ", ".join(f"`{f}`" for f in sorted(HAND_SET))
+    return ("The fit pulls each factor towards a value taken from a published kernel or library benchmark, never "
+            "from a serving run (`pdtune.perfmodel.prior`, the table below). For " + hand + " no such number "
+            "was found, and their values are set by hand; fitting them on the rows alone instead predicts the "
+            "left-out models worse (`benchmarks/bench_prior.py`). The measurements decide only " + "; ".join(parts)
+            + " (they remove at least half of the prior's uncertainty); every other factor stays near its prior "
+            "value (`data/perfmodel/prior_sensitivity.csv`). The pull's width per factor is set by hand too.")
+
+
+def prior_table() -> pd.DataFrame:
+    """The prior as the fit uses it: each factor's value, how closely its source measures pdtune's quantity, and
+    the source (empty for the factors the fit does not pull)."""
+    from pdtune.perfmodel.prior import PRIOR_VALUES
+
+    return pd.DataFrame([{"factor": name, "value": f"{p.value:.3g}",
+                          "match": p.confidence or "none: set by hand", "source": p.source or "none found",
+                          "what it rests on": p.numbers} for name, p in PRIOR_VALUES.items()])
 
 
 def worked_row(card: Scorecard) -> dict[str, Any]:

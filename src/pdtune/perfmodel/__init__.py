@@ -10,7 +10,7 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.engine` — one engine: weights and KV room per GPU, and the time of one step on the slowest stage;
 * :mod:`.sweeps` — closed-loop concurrency sweeps and the disaggregated rate balance;
 * :mod:`.aggregated` — one vLLM server prefilling and decoding at once (chunked prefill, cohorts, the budget);
-* :mod:`.network` — what a collective costs inside one NVLink domain and beyond it;
+* :mod:`.network` — what a collective costs inside one NVLink domain and beyond it (one-shot or two-shot);
 * :mod:`.efficiency` — the global efficiency factors and the MTP acceptance rate;
 * :mod:`.defaults` — the factors each GPU uses by default, and their source;
 * :mod:`.validation` — predicted beside measured for every matching result row, and the error summaries;
@@ -21,6 +21,7 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.simulated` — the scheduler simulation as a latency model: each point run as its benchmark in
   :mod:`pdtune.sim`, the harnesses, the linear form of a run's median request;
 * :mod:`.repeats` — a measurement repeated under another id counted once, in fits and in scores;
+* :mod:`.prior` — where the fit of the defaults starts: each factor's published value and its source;
 * :mod:`.sensitivity` — which fitted factors the data moves, and which the prior's pull holds;
 * :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """

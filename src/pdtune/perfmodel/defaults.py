@@ -33,7 +33,8 @@ from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, FACTORS, Efficiency
-from pdtune.perfmodel.fit import PRIOR, Problem, fit_efficiency
+from pdtune.perfmodel.fit import Problem, fit_efficiency
+from pdtune.perfmodel.prior import PRIOR
 from pdtune.perfmodel.repeats import REPEAT_COLUMNS, fold_repeats, measurement_key
 from pdtune.perfmodel.validation import model_key, select_rows
 
@@ -168,11 +169,14 @@ def _refuse_held_out(problems: Sequence[Problem]) -> None:
 
 
 def fit_gpu_defaults(
-    problems: dict[tuple[str, str], Problem], gpu: str, *, exclude: Sequence[str] = ()
+    problems: dict[tuple[str, str], Problem], gpu: str, *, exclude: Sequence[str] = (),
+    unpulled: frozenset[str] = frozenset(),
 ) -> tuple[Efficiency, list[str]]:
     """Factors for ``gpu`` fitted on every problem of its architecture (:func:`architecture_of`) whose model is
     not in ``exclude`` (all GPUs' such problems when the architecture has none), and the models they came from.
-    Rows from the held-out folders (:data:`HELD_OUT_CLUSTERS`) are refused."""
+    Rows from the held-out folders (:data:`HELD_OUT_CLUSTERS`) are refused. Every factor is pulled towards
+    :data:`pdtune.perfmodel.prior.PRIOR` but those in ``unpulled`` (``benchmarks/bench_prior.py`` measures that
+    choice for the hand-set ones)."""
     members = architecture_of(gpu)
     mine = [(m, p) for (m, g), p in problems.items() if g in members and m not in exclude]
     if not mine:
@@ -180,7 +184,7 @@ def fit_gpu_defaults(
     if not mine:
         raise InputError("defaults", "models", f"nothing to fit {gpu}'s defaults on")
     _refuse_held_out([p for _, p in mine])
-    result = fit_efficiency([p for _, p in mine], start=PRIOR)
+    result = fit_efficiency([p for _, p in mine], start=PRIOR, unpulled=unpulled)
     return result.efficiency, sorted({m for m, _ in mine})
 
 

@@ -24,10 +24,10 @@ them one after another):
 then communication, which vLLM does not overlap with compute: TP all-reduces (or, with DP attention, the
 reduce-scatter + all-gather of sequence-parallel MoE) and the expert all-gather / reduce-scatter of vLLM's
 default ``allgather_reducescatter`` all2all backend (dispatch in the experts' activation format, combine in
-bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call (a group larger
-than the NVLink domain moves its bytes over the scale-out network and pays its latency per call too:
-:mod:`pdtune.perfmodel.network`); pipeline stages send hidden state and residual to the next; and a fixed
-``step_overhead_s`` plus ``layer_overhead_s`` per layer of the stage.
+bf16), each at ``link`` of the per-GPU link bandwidth plus ``collective_latency_s`` per call (two for a large
+all-reduce; a group beyond the NVLink domain also pays the scale-out network: :mod:`pdtune.perfmodel.network`);
+pipeline stages send hidden state and residual to the next; a fixed ``step_overhead_s`` plus ``layer_overhead_s``
+per layer of the stage.
 
 :meth:`Engine.step_terms` gives the same step as linear pieces with the efficiency factors left out
 (:class:`StepTerms`), so that calibration can re-evaluate thousands of steps for each trial set of factors.
@@ -45,12 +45,12 @@ import pandas as pd
 from pdtune.errors import InputError
 from pdtune.guarded import bundled, read_frame
 from pdtune.gpus import GpuSpec
-from pdtune.memory import Waterfall, weights_per_gpu
+from pdtune.memory import Waterfall, graph_tokens, weights_per_gpu
 from pdtune.model import LayerKind, ModelSpec
 from pdtune.paths import article_dir
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
-from pdtune.perfmodel.network import group_bandwidth, scale_out_latency
+from pdtune.perfmodel.network import allreduce_calls, group_bandwidth, scale_out_latency
 from pdtune.precision import expert_kernel
 from pdtune.state import StatePlan, plan_state
 from pdtune.topology import Topology
@@ -644,18 +644,16 @@ class Engine:
         """(TP bytes, EP bytes, collective calls) of one layer for one GPU.
 
         * DP = 1: two all-reduces over TP (after the mixer, after the FFN/MoE): ``2 (t-1)/t`` of the
-          activations each.
+          activations each, one or two calls (:func:`~pdtune.perfmodel.network.allreduce_calls`).
         * DP > 1, MoE layer: the experts of the whole ``TP x DP`` group exchange tokens by all-gather
           (dispatch, in the experts' activation format) and reduce-scatter (combine, bf16): each GPU moves
           ``(G-1)/G`` of all the group's tokens each way. With TP > 1 vLLM runs the MoE sequence-parallel:
           the mixer output is reduce-scattered over TP and all-gathered again (one all-reduce's bytes).
         * DP > 1, dense layer: the TP all-reduces only.
         """
-        c, topo = self.costs, self.topology
+        c, topo, h = self.costs, self.topology, self.costs.hidden
         t, d = topo.tp, topo.dp
-        h = c.hidden
-        tp_bytes = ep_bytes = 0.0
-        calls = 0
+        tp_bytes, ep_bytes, calls = 0.0, 0.0, 0
         if moe and d > 1:
             g = topo.expert_shards
             dispatch = float(_activation_bytes(c.expert_dtype))
@@ -666,7 +664,8 @@ class Engine:
                 calls += 2
         elif t > 1:
             tp_bytes = 2 * 2 * (t - 1) / t * tokens * h * ACTIVATION_BYTES
-            calls += 2
+            padded = graph_tokens(tokens, self.capture_limit, self.config.max_num_batched_tokens, self.config.vllm)
+            calls += 2 * allreduce_calls(self.gpu, t, padded * h * ACTIVATION_BYTES)
         return tp_bytes, ep_bytes, calls
 
 

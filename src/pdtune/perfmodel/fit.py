@@ -88,16 +88,6 @@ TIED = {**{f"expert_compute_{k}": "expert_compute" for k in EXPERT_KERNELS},
 #: A one-sigma departure costs what a 7 % error on every row of one model x GPU costs.
 PRIOR_WEIGHT = 0.07
 
-#: Where the public-data fits start and what they are pulled towards: physically reasoned round numbers (a third
-#: of the MoE kernels' and most of the dense kernels' peak, NVLink all-reduce latency of ~10 us, a 40 us floor per
-#: layer), set by hand: not fitted to anything, and not taken from a datasheet or a published microbenchmark. The
-#: rows of the public sample move few of them (data/perfmodel/prior_sensitivity.csv): the fixed costs of the shipped
-#: defaults are these values.
-PRIOR = Efficiency(compute=0.6, hbm=0.8, link=0.8, collective_latency_s=10e-6, step_overhead_s=0.5e-3,
-                   layer_overhead_s=40e-6, request_overhead_s=0.03, arrival_clustering=0.15,
-                   expert_compute=0.3, expert_hbm=0.7, attention_hbm=0.6, expert_overhead_s=0.1e-6,
-                   seq_overhead_s=10e-6, eager_layer_overhead_s=50e-6)
-
 FIT_SCALE = {"compute": 0.1, "expert_compute": 0.1, "hbm": 0.1, "expert_hbm": 0.1, "link": 0.1,
           "attention_hbm": 0.1, "expert_overhead_s": 1e-7, "seq_overhead_s": 1e-5,
           "eager_layer_overhead_s": 1e-5, **{n: 0.1 for n in TIED},
@@ -384,7 +374,7 @@ class Objective:
     sigma: np.ndarray  # one "sigma" of the pull per factor (PRIOR_SIGMA)
     weight: float  # the pull's weight: PRIOR_WEIGHT x sqrt(2 x problems)
     tied: tuple[tuple[int, int], ...]  # (kernel fraction, generic fraction) pulled towards each other
-    free: np.ndarray  # factors pulled towards x0 (the tied ones are not)
+    free: np.ndarray  # factors pulled towards x0 (the tied and the unpulled ones are not)
     f_scale: float  # the robust loss's scale: residuals beyond it count linearly
 
     def make(self, x: np.ndarray) -> Efficiency:
@@ -406,7 +396,11 @@ class Objective:
         return np.concatenate([self.data(x), self.prior(x)])
 
 
-def objective(matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int) -> Objective:
+def objective(matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int,
+              unpulled: frozenset[str] = frozenset()) -> Objective:
+    """The fit's terms; the factors in ``unpulled`` feel no pull: the rows alone place them within their bounds
+    (``benchmarks/bench_prior.py`` fits the defaults so with the hand-set factors,
+    :data:`pdtune.perfmodel.prior.HAND_SET`)."""
     names = list(factors)
     if FIT_KERNELS:
         names += [n for n in KERNEL_FACTORS if n not in names and _kernel_of(n) in matrix.kernels]
@@ -416,7 +410,7 @@ def objective(matrix: TermMatrix, start: Efficiency, factors: Sequence[str], pro
     # (when that is fitted too); one the start sets (a calibration starting from fitted defaults), towards it.
     tied = tuple((i, names.index(TIED[n])) for i, n in enumerate(names)
                  if n in TIED and TIED[n] in names and getattr(start, n) is None)
-    free = np.ones(len(names), dtype=bool)
+    free = np.array([n not in unpulled for n in names], dtype=bool)
     for i, _ in tied:
         free[i] = False
     return Objective(matrix, start, tuple(names), lo, hi, np.clip(_values(start, names), lo, hi),
@@ -425,11 +419,12 @@ def objective(matrix: TermMatrix, start: Efficiency, factors: Sequence[str], pro
 
 
 def _fit_times(
-    matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int
+    matrix: TermMatrix, start: Efficiency, factors: Sequence[str], problems: int,
+    unpulled: frozenset[str] = frozenset(),
 ) -> tuple[Efficiency, float]:
     from scipy.optimize import least_squares  # here, not at the top: 0.6 s of import that only a fit needs
 
-    goal = objective(matrix, start, factors, problems)
+    goal = objective(matrix, start, factors, problems, unpulled)
     # The robust loss is applied to the data residuals only (Objective.data), never to the pull: a robust pull
     # would be an L1 penalty that pins every factor the data does not push hard to exactly where it started.
     result = least_squares(goal.residuals, goal.x0, bounds=(goal.lo, goal.hi), loss="linear",
@@ -448,7 +443,8 @@ SIM_FIT_ROUNDS = 3
 SIM_FIT_TOLERANCE = 0.01
 
 
-def _fit_simulated(problems: Sequence[Problem], start: Efficiency, factors: Sequence[str]) -> FitResult:
+def _fit_simulated(problems: Sequence[Problem], start: Efficiency, factors: Sequence[str],
+                   unpulled: frozenset[str] = frozenset()) -> FitResult:
     """The fit through the simulator: every round simulates each row at the current factors, then fits the factors
     on those runs' linear forms, pulled towards ``start`` as the steady-state fit is (the cohort factor
     ``arrival_clustering`` is the steady-state model's stand-in for what the simulation does; it is not fitted)."""
@@ -459,7 +455,7 @@ def _fit_simulated(problems: Sequence[Problem], start: Efficiency, factors: Sequ
         compiled = compile_problems(problems, start.arrival_clustering, simulate_at=current)
         if compiled.matrix is None:
             raise InputError("calibrate", "rows", "no aggregated row could be simulated to fit on")
-        fitted, cost = _fit_times(compiled.matrix, start, factors, len(problems))
+        fitted, cost = _fit_times(compiled.matrix, start, factors, len(problems), unpulled)
         before = {n: factor_value(current, n) for n in factors}
         moved = max((abs(factor_value(fitted, n) - v) / max(abs(v), 1e-12) for n, v in before.items()), default=0.0)
         current = fitted
@@ -476,15 +472,17 @@ def fit_efficiency(
     factors: Sequence[str] | None = None,
     fit_clustering: bool = True,
     latency_model: str = "steady-state",
+    unpulled: frozenset[str] = frozenset(),
 ) -> FitResult:
     """The factors that best predict the aggregated rows of ``problems`` (and nothing else); ``factors`` default
-    to :data:`FIT_FACTORS` (plus the kernel fractions of the expert kernels the rows use). ``latency_model``
+    to :data:`FIT_FACTORS` (plus the kernel fractions of the expert kernels the rows use). Each is pulled towards
+    its value in ``start`` but those in ``unpulled``. ``latency_model``
     ``"simulated"`` fits through the scheduler simulation (:func:`_fit_simulated`)."""
     factors = FIT_FACTORS if factors is None else factors
     if latency_model not in LATENCY_MODELS:
         raise InputError("--latency-model", "latency_model", f"must be one of {', '.join(LATENCY_MODELS)}")
     if latency_model == SIMULATED:
-        return _fit_simulated(problems, start, factors)
+        return _fit_simulated(problems, start, factors, unpulled)
     cache: dict[float, tuple[Efficiency, float, Compiled]] = {}
 
     def solve(clustering: float) -> tuple[Efficiency, float, Compiled]:
@@ -494,7 +492,7 @@ def fit_efficiency(
             if compiled.matrix is None:
                 raise InputError("calibrate", "rows", "no aggregated row could be predicted to fit on")
             eff, cost = _fit_times(compiled.matrix, replace(start, arrival_clustering=key), factors,
-                                   len(problems))
+                                   len(problems), unpulled)
             cache[key] = (eff, cost, compiled)
         return cache[key]
 

@@ -10,6 +10,8 @@ pull adds the prior's, ``P``. Their ratio per factor says who decides it:
   factor included (the curvature of the profile likelihood). Near 1 the rows pin the factor; near 0 the value is
   the prior's, whatever the fit's output says;
 * ``moved_sigma``: how far the fit moved it from the prior, in the prior's sigmas;
+* a factor the fit does not pull (its ``unpulled``) has no prior to compare with: ``set_by`` says ``rows`` and
+  its share and move are empty;
 * ``unpulled``: where the rows alone (no pull, bounds only) would put it, and ``unpulled_cost_drop``, how much of
   the robust misfit that removes (a fraction of the fitted misfit): a large move that buys almost nothing is a
   direction the rows cannot see.
@@ -59,7 +61,8 @@ def _prior_jacobian(goal: Objective) -> np.ndarray:
 
 
 def factor_sensitivity(
-    problems: Sequence[Problem], fitted: Efficiency, prior: Efficiency, factors: Sequence[str] | None = None
+    problems: Sequence[Problem], fitted: Efficiency, prior: Efficiency, factors: Sequence[str] | None = None,
+    unpulled: frozenset[str] = frozenset(),
 ) -> pd.DataFrame:
     """One row per fitted factor: the prior, the fit, the data's share of what decides it, the rows' own pick.
 
@@ -68,14 +71,18 @@ def factor_sensitivity(
     if compiled.matrix is None:
         raise ValueError("no row could be planned")
     start = replace(prior, arrival_clustering=fitted.arrival_clustering)
-    goal = objective(compiled.matrix, start, FIT_FACTORS if factors is None else factors, len(problems))
+    goal = objective(compiled.matrix, start, FIT_FACTORS if factors is None else factors, len(problems), unpulled)
     x = np.array([_get(fitted, n) for n in goal.names])
-    jd = _jacobian(goal, x)
-    jp = _prior_jacobian(goal)
+    # In units of each factor's sigma: the ratio of variances is the same, and the matrices are no longer spread
+    # over fourteen decades (a fraction beside a tenth of a microsecond), which the pseudo-inverses need.
+    jd = _jacobian(goal, x) * goal.sigma
+    jp = _prior_jacobian(goal) * goal.sigma
     p = jp.T @ jp
     post = np.linalg.pinv(jd.T @ jd + p)
-    prior_var = np.linalg.pinv(p)
-    share = 1 - np.diag(post) / np.diag(prior_var)
+    prior_var = np.diag(np.linalg.pinv(p))
+    pulled = prior_var > 0  # an unpulled factor has no prior variance to compare with
+    share = np.full(len(goal.names), np.nan)
+    share[pulled] = 1 - np.diag(post)[pulled] / prior_var[pulled]
     fitted_cost = 0.5 * float(goal.data(x) @ goal.data(x))
     from scipy.optimize import least_squares  # an import of 0.6 s that only this analysis needs
 
@@ -89,12 +96,12 @@ def factor_sensitivity(
             centre = x[tied_to]
         rows.append({
             "factor": name,
-            "prior": float(goal.x0[i]) if tied_to is None else float("nan"),
-            "prior_sigma": float(goal.sigma[i]),
+            "prior": float(goal.x0[i]) if tied_to is None and pulled[i] else float("nan"),
+            "prior_sigma": float(goal.sigma[i]) if pulled[i] else float("nan"),
             "fitted": float(x[i]),
-            "moved_sigma": float((x[i] - centre) / goal.sigma[i]),
-            "data_share": float(np.clip(share[i], 0.0, 1.0)),
-            "set_by": "data" if share[i] >= DATA_SHARE else "prior",
+            "moved_sigma": float((x[i] - centre) / goal.sigma[i]) if pulled[i] else float("nan"),
+            "data_share": float(np.clip(share[i], 0.0, 1.0)) if pulled[i] else float("nan"),
+            "set_by": ("data" if share[i] >= DATA_SHARE else "prior") if pulled[i] else "rows",
             "unpulled": float(alone.x[i]),
             "unpulled_cost_drop": float((fitted_cost - alone.cost) / fitted_cost) if fitted_cost > 0 else 0.0,
             "tied_to": goal.names[tied_to] if tied_to is not None else "",

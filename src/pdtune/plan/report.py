@@ -39,7 +39,7 @@ class Pick:
     closest_row: int | None  # when not met: the row with the smallest shortfall
     shortfall: float | None  # relative miss of the closest row (0.1 = 10 % short)
     candidates: int  # rows meeting the SLA
-    runner_up: int | None = None  # the next best row meeting it, of another deployment
+    runner_up: int | None = None  # the next best row meeting it, of another layout (:func:`_layouts`)
     best_agg: int | None = None  # the best aggregated and the best disaggregated row meeting it
     best_disagg: int | None = None
     above_ceiling: bool = False  # the pick's TTFT is above the plan's TTFT ceiling (no row meeting it is below)
@@ -52,6 +52,15 @@ class Pick:
                 "runner_up_row": self.runner_up, "best_agg_row": self.best_agg, "best_disagg_row": self.best_disagg,
                 "above_ttft_ceiling": self.above_ceiling, "faster_above_ttft_ceiling_row": self.faster_above_ceiling,
                 "search_cut_after": self.searched}
+
+
+def _layouts(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's layout: its aggregated topology, or its pair of prefill and decode topologies, on its GPUs. A
+    runner-up is of another layout, never another worker ratio of the pick's own: that one is no alternative, and
+    the staircase (:mod:`pdtune.plan.staircase`) keeps only the ratios no other of the pair dominates."""
+    cols = ("mode", "topology", "prefill_topology", "decode_topology", "prefill_gpu", "decode_gpu")
+    parts = [rows[c].tolist() if c in rows.columns else [""] * len(rows) for c in cols]
+    return np.array(["|".join(map(str, p)) for p in zip(*parts, strict=True)], dtype=object)
 
 
 def _ranked(rows: pd.DataFrame, mask: np.ndarray) -> list[Any]:
@@ -137,7 +146,7 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
             ok = sla.meets(sub)
             under = sub["ttft_ms_p50"].to_numpy(dtype=float) <= ceiling.ms
             modes = sub["mode"].astype(str).to_numpy()
-            deps = sub["deployment"].astype(str).to_numpy()
+            deps = _layouts(sub)
             for i in np.flatnonzero(ok):
                 lab = chunk[i]
                 order.append(lab)
