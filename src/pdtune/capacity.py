@@ -109,18 +109,17 @@ def capacity_by_version(
 ARTICLE_LINE = "0.11"
 
 
-def article_request(spec: ModelSpec, *, max_model_len: int, kv_cache_dtype: str,
-                    vllm: str) -> tuple[StatePlan, str]:
-    """The whole, unsharded request (TP=1) the article's arithmetic divides by: vLLM 0.11's, as the article
-    computed it, and ``vllm``'s for a model 0.11 cannot plan (MiMo-V2-Flash: its full and sliding layers have
-    pages of different sizes, which 0.11 cannot group). The second value says which, "" for 0.11's."""
+def article_request(spec: ModelSpec, *, vllm: str, **plan_kwargs: Any) -> tuple[StatePlan, str]:
+    """The request the article's arithmetic plans (:func:`plan_state` with ``plan_kwargs``): vLLM 0.11's, as the
+    article computed it, and ``vllm``'s for a model 0.11 cannot plan (MiMo-V2-Flash: its full and sliding layers
+    have pages of different sizes, which 0.11 cannot group). The second value says why in one sentence, "" for
+    0.11's; a model ``vllm`` cannot plan either is refused."""
     try:
-        return plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-                          vllm=ARTICLE_LINE), ""
+        return plan_state(spec, vllm=ARTICLE_LINE, **plan_kwargs), ""
     except InputError as err:
-        plan = plan_state(spec, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, vllm=vllm)
+        plan = plan_state(spec, vllm=vllm, **plan_kwargs)
         return plan, (f"vLLM {ARTICLE_LINE} cannot plan {spec.name} ({err.message}); the article's arithmetic "
-                      f"divides by {plan.semantics.label}'s unsharded request instead")
+                      f"below is vLLM {vllm}'s")
 
 
 def topology_capacity(

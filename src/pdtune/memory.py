@@ -22,7 +22,7 @@ from functools import cache
 
 from pdtune.errors import InputError
 from pdtune.limits import MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP, bound
-from pdtune.model import ModelSpec
+from pdtune.model import LayerKind, ModelSpec
 from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.units import GiB, MiB, cdiv
 
@@ -425,8 +425,6 @@ def weights_per_gpu(spec: ModelSpec, *, tp: int, ep: int | None = None, mtp: boo
 def _kv_projections_per_gpu(spec: ModelSpec, total: int, tp: int, mtp: bool) -> int:
     """k/v projection bytes on one rank when full and sliding layers have their own KV heads (MiMo-V2-Flash:
     4 and 8): each layer's share of ``total`` shrinks with TP until TP reaches that layer's KV heads."""
-    from pdtune.model import LayerKind
-
     shares: dict[int, int] = {}
     kinds = list(spec.layer_kinds) + [spec.attention_kind] * (spec.num_mtp_layers if mtp else 0)
     for kind in kinds:

@@ -18,14 +18,12 @@ from typing import Any
 import pandas as pd
 
 from pdtune import article, versions
+from pdtune.capacity import ARTICLE_LINE, article_request
 from pdtune.errors import InputError
 from pdtune.model import LayerKind, ModelSpec
 from pdtune.state import AttentionPage, MambaCacheMode, StatePlan, plan_state
 from pdtune.topology import parse_topology
 from pdtune.units import MiB
-
-#: The vLLM line of the article's arithmetic (its 759 MiB per request).
-ARTICLE_LINE = "0.11"
 
 
 #: TP sizes chapter 1 sweeps; those that do not divide a model's heads are skipped.
@@ -134,18 +132,14 @@ def request_table(plans: Mapping[str, StatePlan]) -> pd.DataFrame:
 
 def arithmetic_line(spec: ModelSpec, vllm: str = versions.CURRENT, *, quiet: bool = False, **plan_kwargs: Any) -> str:
     """The vLLM line whose arithmetic the chapters call the article's: 0.11, as the article computed, or
-    ``vllm`` for a model 0.11 cannot plan (MiMo-V2-Flash: full and sliding pages of different sizes, which
-    0.11 cannot group; no 0.11 served such a model). Says so in one printed line unless ``quiet``.
-    ``plan_kwargs`` are :func:`plan_state`'s (the request the chapter plans)."""
-    try:
-        plan_state(spec, vllm=ARTICLE_LINE, **plan_kwargs)
+    ``vllm`` for a model 0.11 cannot plan (:func:`pdtune.capacity.article_request`). Says so in one printed line
+    unless ``quiet``. ``plan_kwargs`` are :func:`plan_state`'s (the request the chapter plans)."""
+    _, note = article_request(spec, vllm=vllm, **plan_kwargs)
+    if not note:
         return ARTICLE_LINE
-    except InputError as err:
-        plan_state(spec, vllm=vllm, **plan_kwargs)  # a model no line plans is refused here, as before
-        if not quiet:
-            print(f"Note: vLLM {ARTICLE_LINE} cannot plan {spec.name} ({err.message}); the article's arithmetic "
-                  f"below is vLLM {vllm}'s.")
-        return vllm
+    if not quiet:
+        print(f"Note: {note}.")
+    return vllm
 
 
 def length_sweep(models: Mapping[str, ModelSpec], lengths: Iterable[int] = LENGTHS, *, kv_cache_dtype: str,
@@ -298,8 +292,9 @@ def version_plans(
     common = dict(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, tp=tp)
     num_speculative_tokens = mtp_tokens(spec, num_speculative_tokens)
     plans = {}
-    if arithmetic_line(spec, vllm, quiet=True, **common) == ARTICLE_LINE:  # a model 0.11 cannot plan: no bar
-        plans["vLLM 0.11: the article's arithmetic"] = plan_state(spec, vllm=ARTICLE_LINE, **common)
+    article_plan, note = article_request(spec, vllm=vllm, **common)
+    if not note:  # a model 0.11 cannot plan: no bar
+        plans["vLLM 0.11: the article's arithmetic"] = article_plan
     plans[f"vLLM {vllm}: no MTP, no prefix caching"] = plan_state(spec, vllm=vllm, **common)
     if num_speculative_tokens:
         plans[f"vLLM {vllm}: MTP {num_speculative_tokens}"] = plan_state(
