@@ -35,8 +35,7 @@ import pandas as pd
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
 from pdtune.perfmodel.fit import Problem, fit_efficiency
-from pdtune.perfmodel.validation import deployment_key
-from pdtune.perfmodel.validation import METRICS, error_percentiles, validate_rows
+from pdtune.perfmodel.validation import METRICS, deployment_key, error_percentiles, validate_rows
 
 
 #: Why a simulated held-out table has no calibrated prediction.
