@@ -322,6 +322,7 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
     ones = [1] * m
     for si, sched in enumerate(ranks):
         kv = sched.kv
+        kv.forget_limits()
         sched.finished_req_ids = []
         lookahead = sched.config.num_lookahead_tokens
         if events is None:

@@ -270,6 +270,9 @@ class KVCacheManager:
         # recurrent state, a group's need is its missing blocks.
         self._full_only = all(g.kind == FULL for g in layout.groups)
         self._full_groups = [(per, g.block_size) for per, g in zip(self.req, layout.groups)]
+        # Other layouts: per request, the slot and processed-token counts below which allocate_slots neither
+        # takes nor frees a block (most decode steps), so it can return at once. Dropped whenever its blocks change.
+        self._quiet: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------------------------ queries
 
@@ -385,6 +388,18 @@ class KVCacheManager:
         if (self._full_only and hits is None and not num_external_computed_tokens and not full_sequence_must_fit):
             return self._allocate_full(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens,
                                        delay_cache_blocks, reserved_blocks, has_scheduled_reqs)
+        quiet = self._quiet.get(rid)
+        if (quiet is not None and hits is None and not num_external_computed_tokens and not full_sequence_must_fit
+                and not num_new_computed_tokens):
+            computed = min(request.num_computed_tokens, self.max_model_len)
+            slot = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+            watermark = (self.watermark_blocks if has_scheduled_reqs
+                         and request.status in (Status.WAITING, Status.PREEMPTED) else 0)
+            if (slot <= quiet[0] and max(0, computed - request.num_in_flight_tokens) < quiet[1]
+                    and watermark <= self.pool.num_free - reserved_blocks):
+                if not delay_cache_blocks:
+                    self.cache_blocks(request, min(computed + num_new_tokens, request.num_tokens))
+                return True
         ngroups = len(self.groups)
         hit_lists = hits if hits is not None else [[] for _ in range(ngroups)]
         local = request.num_computed_tokens + num_new_computed_tokens
@@ -405,6 +420,7 @@ class KVCacheManager:
         need = sum(self._blocks_needed(i, rid, need_slot, hit_lists[i], local + num_external_computed_tokens,
                                        False) for i in range(ngroups))
         if need + watermark > self.pool.num_free - reserved_blocks:
+            self._quiet.pop(rid, None)
             return False
         if hits is not None or num_external_computed_tokens > 0:
             self._add_computed(request, hit_lists, local, num_external_computed_tokens)
@@ -418,9 +434,32 @@ class KVCacheManager:
             if new > 0:
                 self.pool.take(new)
                 rb.n += new
+        self._quiet[rid] = self._quiet_limits(rid)
         if not delay_cache_blocks:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return True
+
+    def forget_limits(self) -> None:
+        """Drop every request's quiet limits (:mod:`pdtune.sim.fastpath` changed blocks behind
+        :meth:`allocate_slots`)."""
+        self._quiet.clear()
+
+    def _quiet_limits(self, rid: str) -> tuple[int, int]:
+        """The most slots a request's blocks hold in every group (``get_num_blocks_to_allocate`` is 0 up to
+        it) and the fewest processed tokens at which ``remove_skipped_blocks`` frees one."""
+        slot = proc = self.max_model_len + 1
+        for g, per in zip(self.groups, self.req):
+            rb = per[rid]
+            b = g.block_size
+            slot = min(slot, rb.n * b - (b * g.spec_blocks if g.kind == RECURRENT else 0))
+            if g.kind != FULL and rb.n > rb.nulls:
+                first = (rb.nulls + 1) * b  # skipped tokens that free the next block
+                if g.kind == SLIDING:
+                    assert g.sliding_window is not None
+                    proc = min(proc, first + g.sliding_window - 1 + g.extra_retained)
+                else:
+                    proc = min(proc, first + 1)
+        return slot, proc
 
     def _allocate_full(self, request: SimRequest, num_new_tokens: int, num_new_computed_tokens: int,
                        num_lookahead_tokens: int, delay_cache_blocks: bool, reserved_blocks: int,
@@ -463,6 +502,7 @@ class KVCacheManager:
         rid = request.rid
         if any(rid in per_group and per_group[rid].tracked for per_group in self.req):
             return
+        self._quiet.pop(rid, None)
         total = local + external
         for i, g in enumerate(self.groups):
             rb = self.req[i].get(rid)
@@ -566,6 +606,7 @@ class KVCacheManager:
         (``may_return``) keeps its hashed blocks findable until they are evicted."""
         rid = request.rid
         request.hash_floor = 0  # its hashes start again with its next blocks
+        self._quiet.pop(rid, None)
         for i, per_group in enumerate(self.req):
             rb = per_group.pop(rid, None)
             if rb is None:
