@@ -19,8 +19,7 @@ from pdtune.site.render import STATIC_BUILD_ENV
 
 def reset_page() -> None:
     """Forget the ids and the inline bundle of the session, as a new kernel starts."""
-    render._shown_ids.clear()
-    render._bundle_sent = False
+    render.new_page()
 
 
 def chart_html(chart, chart_id: str) -> str:  # type: ignore[no-untyped-def]

@@ -490,6 +490,32 @@ def test_a_failing_chapter_leaves_the_others_and_a_clear_report(
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("notebooks")
+def test_chapters_sharing_a_kernel_start_as_in_a_fresh_one(tmp_path: Path) -> None:
+    """One worker runs both chapters in one kernel (pdtune.workbook.running._worker_kernel): the second sees
+    nothing the first defined, counts its cells from 1, and inlines the vega bundle in its first chart again, so
+    each executed notebook stands alone."""
+    draw = ("import altair as alt\nimport pandas as pd\nfrom pdtune.charts import show\n"
+            "show(alt.Chart(pd.DataFrame({'x': [1, 2]})).mark_point().encode(x='x'), 'shared-kernel')")
+    first = chapter("First", "isl: int = 8192  # input tokens", "leaked = 'from the first chapter'", draw)
+    second = chapter("Second", "isl: int = 8192  # input tokens",
+                     "print('leaked' in globals(), 'first' in repr(globals().get('leaked')))", draw)
+    book = write_book(tmp_path / "book", {"notebooks/01_first.md": first, "notebooks/02_second.md": second})
+    out = tmp_path / "out"
+    assert run_cli(str(write_params(tmp_path / "params")), "--out", str(out), "--book", str(book),
+                   "--jobs", "1") == 0
+    pages = {}
+    for name in ("01_first", "02_second"):
+        nb = json.loads((out / f"{name}.ipynb").read_text(encoding="utf-8"))
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert code[0]["execution_count"] == 1, name
+        html = "".join("".join(o.get("data", {}).get("text/html", "")) for c in code for o in c.get("outputs", []))
+        assert "Vega-Lite" in html and 'id="pdtune-shared-kernel"' in html, name  # bundle and the id unsuffixed
+        pages[name] = _outputs(out / f"{name}.ipynb")
+    assert "False False" in pages["02_second"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("notebooks")
 def test_a_cell_that_hangs_times_out_and_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     slow = chapter("Slow", "isl: int = 8192  # input tokens", "import time\ntime.sleep(60)", "print('after')")
     book = write_book(tmp_path / "book", {"notebooks/01_slow.md": slow, "notebooks/02_gamma.md": GAMMA})

@@ -42,6 +42,14 @@ _CHART_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _shown_ids: dict[str, int] = {}
 _bundle_sent = False
 
+def new_page() -> None:
+    """Forget the ids shown and the bundle sent: the next output starts another page (a workbook's kernel
+    runs one chapter after another)."""
+    global _bundle_sent
+    _shown_ids.clear()
+    _bundle_sent = False
+
+
 # vega-embed's "Open in Vega Editor" action links to a website; export (SVG/PNG download) stays local.
 _EMBED_OPTIONS = {
     "renderer": "svg",
