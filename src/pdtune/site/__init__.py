@@ -3,6 +3,8 @@
 * :mod:`.bookbuild` — the table-of-contents check ``make book`` runs first, and the Sphinx extension
   that guards the offline assets and loads the vega bundle only on pages with a chart;
 * :mod:`.bookexec` — every chapter executed in parallel into a fresh jupyter-cache before Sphinx runs;
+* :mod:`.kernels` — one kernel for the notebooks a process executes in turn (the book's and the workbook's
+  workers), each notebook started as in a new kernel;
 * :mod:`.vendor` — the third-party JavaScript (vega bundle, MathJax) written from installed packages;
 * :mod:`.render` — how a chart reaches a page: the offline renderer, :func:`~pdtune.site.render.show`,
   live explorers, and the static-build switch;

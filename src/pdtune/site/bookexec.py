@@ -1,8 +1,9 @@
 """Execute the book's notebooks in parallel, before Sphinx, so the build stays within its time budget.
 
 Jupyter Book 1 executes notebooks one after another while it reads them; on 2 cores that leaves one core
-idle for most of the build. This step runs every notebook in ``_toc.yml`` on a pool of ``--jobs`` kernels
-(largest file first), stores the results in a jupyter-cache that it wipes first, and writes a copy of
+idle for most of the build. This step runs every notebook in ``_toc.yml`` on a pool of ``--jobs`` workers
+(largest file first), each keeping one kernel and starting each notebook as in a new one
+(:mod:`pdtune.site.kernels`), stores the results in a jupyter-cache that it wipes first, and writes a copy of
 ``_config.yml`` whose ``execute`` section reads that cache. Every build still executes every chapter: the
 cache is never older than the build that reads it, so the staleness that makes ``_config.yml`` say
 ``force`` (the cache keys on cell text, not on ``src/``) cannot happen. A notebook that raises fails this
@@ -19,14 +20,11 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -34,6 +32,7 @@ from pdtune.errors import InputError
 from pdtune.io import atomic_write_text
 from pdtune.guarded import read_yaml
 from pdtune.paths import REPO_ROOT
+from pdtune.site import kernels
 from pdtune.site.bookbuild import TOC_NAME, check_toc, resolve_entry, toc_entries
 from pdtune.site.render import STATIC_BUILD_ENV
 
@@ -80,37 +79,33 @@ def kernel_env() -> dict[str, str]:
     return {"JUPYTER_PREFER_ENV_PATH": "1", "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-@contextmanager
-def kernel_config() -> Iterator[Any]:
-    """How a build kernel talks to its executor: over Unix sockets (ZeroMQ's IPC transport), not TCP.
-
-    A kernel only ever talks to the process that started it, on this machine, so no port needs to be
-    open; over TCP ipykernel (7+) also warns, once per kernel, that the traffic is unencrypted. The
-    sockets are named by an absolute path in a private temporary folder (jupyter_client's default is a
-    path relative to the working folder, which the kernel, started in its notebook's folder, would not
-    find), removed with the folder. Where there are no Unix sockets (Windows) the TCP default stays.
-    """
-    from traitlets.config import Config
-
-    config = Config()
-    if os.name != "posix":
-        yield config
-        return
-    with tempfile.TemporaryDirectory(prefix="pdtune-kernel-") as folder:
-        config.KernelManager.transport = "ipc"
-        config.KernelManager.ip = os.path.join(folder, "kernel")
-        yield config
-
-
 def _execute(path_text: str, timeout: int):
-    """Worker: run one notebook in its own folder (as the book does); return it executed."""
-    from jupyter_cache.executors.utils import single_nb_execution
+    """Worker: run one notebook in its own folder (as the book does), on this worker's kernel started afresh
+    for it (:mod:`pdtune.site.kernels`); return it executed, its seconds and its traceback (None if it ran)."""
+    import traceback
+
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
     path = Path(path_text)
-    with kernel_config() as config:
-        result = single_nb_execution(_read(path), cwd=str(path.parent), timeout=timeout, allow_errors=False,
-                                     config=config)
-    return result.nb, result.time, result.exc_string
+    nb = _read(path)
+    started = time.perf_counter()
+    error = None
+    client = NotebookClient(nb, km=kernels.kernel_manager(ipc=os.name == "posix"), timeout=timeout,
+                            allow_errors=False, record_timing=False,  # cell timings would change the cache key
+                            resources={"metadata": {"path": str(path.parent)}})
+    kernels.fresh_start(client, str(path.parent))
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError):
+        error = traceback.format_exc()
+        kernels.stop()  # a timed-out cell may still run: the next notebook gets a new kernel
+    except BaseException:
+        kernels.stop()
+        raise
+    finally:
+        kernels.close_client(client)
+    return nb, time.perf_counter() - started, error
 
 
 def execute_into_cache(

@@ -3,9 +3,8 @@
 Each chapter runs in a worker process (papermill changes the working folder), ``jobs`` at a time, with a
 progress bar per chapter drawn from the workers' cell events. A worker keeps its kernel from one chapter to the
 next (its start and the imports every chapter makes cost more than most chapters' cells; a chapter that timed
-out or lost its kernel gets a new one), and each chapter starts on an empty namespace and a new page for its
-charts, its cells counted from 1: the executed notebooks are the ones fresh kernels write, to the memory
-addresses pandas prints. A failing chapter does not stop the others:
+out or lost its kernel gets a new one), and each chapter starts as in a new kernel (:mod:`pdtune.site.kernels`):
+the executed notebooks are the ones fresh kernels write, to the memory addresses pandas prints. A failing chapter does not stop the others:
 it is reported with the cell (and its line in the chapter's source) where it failed, and its executed
 notebook, error included, is kept. Everything is written into a staging folder beside the output folder and
 swapped into place at the end (:class:`pdtune.io.FolderSwap`), so the output folder appears whole or not at all,
@@ -34,6 +33,7 @@ from pdtune.io import FolderSwap
 from pdtune.signals import die_with_parent
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME
+from pdtune.site import kernels
 from pdtune.site.bookexec import kernel_env
 from pdtune.site.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.workbook.minibook import HtmlBuild, build_html
@@ -113,50 +113,6 @@ def _init_worker(progress: Any, env: dict[str, str], parent_pid: int) -> None:
     os.environ[NO_WIDGETS_ENV] = "1"
 
 
-#: Run silently in a worker's kernel before each chapter: a new page for the charts, an empty namespace, cells
-#: counted from 1.
-_RESET = """\
-import sys as _sys
-if "pdtune.site.render" in _sys.modules:
-    _sys.modules["pdtune.site.render"].new_page()  # its charts inline the vega bundle again, ids start afresh
-get_ipython().run_line_magic("reset", "-f")
-get_ipython().execution_count = 1
-"""
-
-#: Each worker process keeps one kernel for the chapters it runs (started with the first, restarted after a
-#: chapter that timed out or lost it): a kernel's start and the imports every chapter makes cost more than
-#: most chapters' own cells. Each chapter still starts from an empty namespace (``_RESET``).
-_kernel: Any = None
-
-
-def _worker_kernel(kernel_name: str) -> Any:
-    """This worker's kernel manager (its kernel is started by the first chapter's client)."""
-    global _kernel
-    from jupyter_client.utils import run_sync
-
-    if _kernel is None or (_kernel.has_kernel and not run_sync(_kernel.is_alive)()):
-        # nbclient's own kind of manager: its client polls the kernel's channels without blocking the loop
-        # that enforces the cell timeout.
-        from jupyter_client.manager import AsyncKernelManager
-
-        _stop_worker_kernel()
-        _kernel = AsyncKernelManager(kernel_name=kernel_name)
-        import atexit
-
-        atexit.register(_stop_worker_kernel)
-    return _kernel
-
-
-def _stop_worker_kernel() -> None:
-    global _kernel
-    km, _kernel = _kernel, None
-    if km is not None and km.has_kernel:
-        from jupyter_client.utils import run_sync
-
-        with contextlib.suppress(Exception):
-            run_sync(km.shutdown_kernel)(now=True)
-
-
 def _progress_engine() -> str:
     """A papermill engine that reports each finished cell and keeps the notebook of an interrupted run."""
     global _engine_registered
@@ -188,17 +144,13 @@ def _progress_engine() -> str:
                     _progress_queue.put((index, done, len(nb_man.nb.cells)))
 
             nb_man.cell_complete = cell_complete
-            # NBClientEngine.execute_managed_notebook's client, on this worker's kernel (_worker_kernel).
+            # NBClientEngine.execute_managed_notebook's client, on this worker's kernel, started afresh for the
+            # chapter (papermill has moved this process into the chapter's folder).
             client = PapermillNotebookClient(
-                nb_man, km=_worker_kernel(kernel_name), timeout=execution_timeout, startup_timeout=start_timeout,
-                kernel_name=kernel_name, log=logger, log_output=log_output, stdout_file=stdout_file,
-                stderr_file=stderr_file, **kwargs)
-
-            async def fresh_namespace(**_: Any) -> None:
-                # What the chapter before left in the kernel goes; the imported modules stay (the point).
-                await client.async_wait_for_reply(client.kc.execute(_RESET, silent=True, store_history=False))
-
-            client.on_notebook_start = fresh_namespace
+                nb_man, km=kernels.kernel_manager(kernel_name, ipc=os.name == "posix"), timeout=execution_timeout,
+                startup_timeout=start_timeout, kernel_name=kernel_name, log=logger, log_output=log_output,
+                stdout_file=stdout_file, stderr_file=stderr_file, **kwargs)
+            kernels.fresh_start(client, os.getcwd())
             try:
                 return client.execute()
             except PapermillExecutionError:
@@ -208,11 +160,10 @@ def _progress_engine() -> str:
                 # timeout or a dead kernel keep what ran (the cells not reached stay 'pending'), and give the
                 # next chapter a new kernel.
                 nbformat.write(nb_man.nb, output)
-                _stop_worker_kernel()
+                kernels.stop()
                 raise
             finally:
-                if client.kc is not None:
-                    client.kc.stop_channels()
+                kernels.close_client(client)
 
     papermill_engines.register(_PROGRESS_ENGINE, ProgressEngine)
     _engine_registered = True
