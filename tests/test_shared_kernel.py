@@ -17,11 +17,8 @@ def _run(folder: Path, *cells: str) -> list[str]:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     client = NotebookClient(nb, km=kernels.kernel_manager(ipc=True), timeout=60,
                             resources={"metadata": {"path": str(folder)}})
-    kernels.fresh_start(client, str(folder))
-    try:
+    with kernels.notebook_session(client, str(folder)):
         client.execute()
-    finally:
-        kernels.close_client(client)
     assert [c.execution_count for c in nb.cells] == list(range(1, len(cells) + 1))
     return ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
 

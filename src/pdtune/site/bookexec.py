@@ -94,17 +94,11 @@ def _execute(path_text: str, timeout: int):
     client = NotebookClient(nb, km=kernels.kernel_manager(ipc=os.name == "posix"), timeout=timeout,
                             allow_errors=False, record_timing=False,  # cell timings would change the cache key
                             resources={"metadata": {"path": str(path.parent)}})
-    kernels.fresh_start(client, str(path.parent))
     try:
-        client.execute()
+        with kernels.notebook_session(client, str(path.parent)):
+            client.execute()
     except (CellExecutionError, CellTimeoutError):
         error = traceback.format_exc()
-        kernels.stop()  # a timed-out cell may still run: the next notebook gets a new kernel
-    except BaseException:
-        kernels.stop()
-        raise
-    finally:
-        kernels.close_client(client)
     return nb, time.perf_counter() - started, error
 
 

@@ -3,7 +3,7 @@
 Starting a kernel and importing what every chapter imports (pandas, Altair, pdtune) takes two to three seconds,
 more than most chapters' own cells. A process that executes several notebooks (a worker of ``pdtune workbook``
 or of the book's execute step, :mod:`pdtune.site.bookexec`) keeps one kernel (:func:`kernel_manager`) and, before
-each notebook, runs :data:`RESET` in it silently (:func:`fresh_start`): the working folder the notebook runs in,
+each notebook, runs :data:`RESET` in it silently (:func:`notebook_session`): the working folder the notebook runs in,
 a new page for the charts (:func:`pdtune.site.render.new_page`: the first chart inlines the vega bundle again,
 ids start afresh), an empty namespace, cells counted from 1. What stays is what a notebook cannot see but
 through ``sys.modules``: the imported modules. A kernel that died or was left running a cell (a timeout) is
@@ -15,8 +15,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing.util
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 #: Run silently before each notebook; ``{cwd!r}`` is its working folder.
@@ -31,6 +33,7 @@ get_ipython().execution_count = 1
 
 _manager: Any = None  # this process's AsyncKernelManager
 _socket_dir: str | None = None  # its IPC sockets' folder, removed with it
+_hooks_pid = 0  # the process that registered the shutdown at exit
 
 
 def kernel_manager(kernel_name: str = "python3", *, ipc: bool = False) -> Any:
@@ -57,10 +60,19 @@ def kernel_manager(kernel_name: str = "python3", *, ipc: bool = False) -> Any:
             _socket_dir = tempfile.mkdtemp(prefix="pdtune-kernel-")
             _manager.transport = "ipc"
             _manager.ip = f"{_socket_dir}/kernel"
-        atexit.register(stop)
-        # A pool's worker leaves through os._exit, past atexit: multiprocessing runs its own finalizers first.
-        multiprocessing.util.Finalize(None, stop, exitpriority=10)
+        if _hooks_pid != os.getpid():
+            _stop_at_exit()
     return _manager
+
+
+def _stop_at_exit() -> None:
+    """Once per process (a forked or spawned worker starts with multiprocessing's finalizers cleared): shut
+    down whatever kernel the process holds when it ends, at exit, and in a pool's worker, which leaves through
+    os._exit past atexit, by multiprocessing's own finalizers."""
+    global _hooks_pid
+    _hooks_pid = os.getpid()
+    atexit.register(stop)
+    multiprocessing.util.Finalize(None, stop, exitpriority=10)
 
 
 def stop() -> None:
@@ -76,21 +88,30 @@ def stop() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def fresh_start(client: Any, cwd: str) -> None:
-    """Make ``client`` (an nbclient ``NotebookClient`` on :func:`kernel_manager`'s kernel) run :data:`RESET` for
-    ``cwd`` as soon as it is connected, before the notebook's first cell."""
+@contextlib.contextmanager
+def notebook_session(client: Any, cwd: str) -> Iterator[None]:
+    """Execute one notebook with ``client`` (an nbclient ``NotebookClient`` on :func:`kernel_manager`'s kernel)
+    inside the ``with``: :data:`RESET` for ``cwd`` runs as soon as the client is connected, before the first
+    cell; the client's channels close at the end (the kernel stays). An error raised inside a cell leaves the
+    kernel as it was; anything else (a timeout: the cell may still run; a dead kernel; an interruption) shuts it
+    down, so the next notebook starts a new one."""
+    from nbclient.exceptions import CellExecutionError
 
     async def reset(**_: Any) -> None:
         await client.async_wait_for_reply(client.kc.execute(RESET.format(cwd=cwd), silent=True, store_history=False))
 
     client.on_notebook_start = reset
+    try:
+        yield
+    except CellExecutionError:
+        raise
+    except BaseException:
+        stop()
+        raise
+    finally:
+        if getattr(client, "kc", None) is not None:
+            client.kc.stop_channels()
+            client.kc = None
 
 
-def close_client(client: Any) -> None:
-    """Close what ``client`` opened on the shared kernel (its channels); the kernel stays."""
-    if getattr(client, "kc", None) is not None:
-        client.kc.stop_channels()
-        client.kc = None
-
-
-__all__ = ["RESET", "close_client", "fresh_start", "kernel_manager", "stop"]
+__all__ = ["RESET", "kernel_manager", "notebook_session", "stop"]

@@ -42,6 +42,7 @@ _CHART_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _shown_ids: dict[str, int] = {}
 _bundle_sent = False
 
+
 def new_page() -> None:
     """Forget the ids shown and the bundle sent: the next output starts another page (a workbook's kernel
     runs one chapter after another)."""

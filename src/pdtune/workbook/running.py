@@ -119,11 +119,8 @@ def _progress_engine() -> str:
     if _engine_registered:
         return _PROGRESS_ENGINE
     import nbformat
-    from papermill.engines import NBClientEngine, papermill_engines
-    from papermill.exceptions import PapermillExecutionError
-
     from papermill.clientwrap import PapermillNotebookClient
-    from papermill.engines import logger
+    from papermill.engines import NBClientEngine, logger, papermill_engines
 
     class ProgressEngine(NBClientEngine):
         @classmethod
@@ -150,20 +147,15 @@ def _progress_engine() -> str:
                 nb_man, km=kernels.kernel_manager(kernel_name, ipc=os.name == "posix"), timeout=execution_timeout,
                 startup_timeout=start_timeout, kernel_name=kernel_name, log=logger, log_output=log_output,
                 stdout_file=stdout_file, stderr_file=stderr_file, **kwargs)
-            kernels.fresh_start(client, os.getcwd())
             try:
-                return client.execute()
-            except PapermillExecutionError:
-                raise  # an error inside a cell: the kernel is fine, papermill saves the notebook
+                with kernels.notebook_session(client, os.getcwd()):
+                    return client.execute()
             except Exception:
-                # papermill saves the notebook itself only for an error raised inside a cell; after a
-                # timeout or a dead kernel keep what ran (the cells not reached stay 'pending'), and give the
-                # next chapter a new kernel.
+                # papermill records an error raised inside a cell and saves the notebook itself; after a
+                # timeout or a dead kernel (the session has given the next chapter a new kernel) keep what
+                # ran: the cells not reached stay 'pending'.
                 nbformat.write(nb_man.nb, output)
-                kernels.stop()
                 raise
-            finally:
-                kernels.close_client(client)
 
     papermill_engines.register(_PROGRESS_ENGINE, ProgressEngine)
     _engine_registered = True
