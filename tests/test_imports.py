@@ -178,3 +178,23 @@ def test_the_checks_see_a_circle_and_a_private_name(tmp_path: Path) -> None:
     assert cycles(import_graph(known)) == [["pdtune.a", "pdtune.sub.b"]]
     found = private_crossings(known)
     assert [f.split(" ", 1)[1] for f in found] == ["imports pdtune.sub.b._hidden", "reads pdtune.a._secret"]
+
+
+# ------------------------------------------------------------------------------------------ start-up cost
+
+
+def test_light_commands_start_without_pandas() -> None:
+    """``pdtune --version``, ``pdtune log`` and ``pdtune state`` build their parser without pandas, NumPy or the
+    performance model (``pdtune.cli.build_parser``): a shared flag's choices once pulled in
+    ``pdtune.perfmodel.simulated``, half a second of every command's start, now :mod:`pdtune.harnesses`."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom pdtune.cli import build_parser\nbuild_parser(sys.argv[1:])\n"
+             "print(sorted(m for m in ('pandas', 'numpy', 'pdtune.perfmodel') if m in sys.modules))")
+    for argv in (["--version"], ["log", "x.log"], ["state", "--isl", "1024"], ["graphs"]):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "[]", f"pdtune {' '.join(argv)} imports {out.stdout.strip()}"
+    # the probe can fail: a command that needs pandas is seen loading it
+    out = subprocess.run([sys.executable, "-c", probe, "results"], capture_output=True, text=True, check=True)
+    assert "pandas" in out.stdout

@@ -44,7 +44,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub.required = True
     names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
     first = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
-    for name in [first] if first in names else names:
+    if first in names:
+        wanted = [first]
+    elif argv is not None and first is None and not {"-h", "--help"} & set(argv):
+        wanted = []  # --version, or no command at all (argparse's error names COMMAND, not the choices)
+    else:
+        wanted = names
+    for name in wanted:
         importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
 

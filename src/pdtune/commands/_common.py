@@ -12,7 +12,7 @@ from typing import Any
 
 from pdtune import limits, versions
 from pdtune.errors import InputError, brief
-from pdtune.perfmodel.simulated import HARNESSES, LATENCY_MODELS, STEADY_STATE
+from pdtune.harnesses import HARNESSES, LATENCY_MODELS, STEADY_STATE
 from pdtune.precision import WEIGHTS_HELP
 from pdtune.results.gpus import SIDECAR_NAME, GpuCounts, parse_gpus
 from pdtune.units import GiB, MiB, to_bytes

@@ -3,9 +3,9 @@
 A measured row is a benchmark: ``C`` clients of a harness against one vLLM deployment. pdtune predicts it by running
 that benchmark in the step-level simulator of vLLM 0.33's scheduler (:func:`pdtune.sim.simulate`, or
 :func:`pdtune.sim.simulate_disagg` for an ``xPyD`` deployment) with the clients the harness starts
-(:data:`HARNESSES`): its warm-ups, its number of prompts, its lengths. TTFT and TPOT are the medians (and the 90th
-and 99th percentiles) over the simulated requests, as the harness computes them, so the queues of the KV-limited
-admission, the closed loop's cohorts and the chunked prefill's stalls are in them. The steady-state model
+(:data:`pdtune.harnesses.HARNESSES`): its warm-ups, its number of prompts, its lengths. TTFT and TPOT are the
+medians (and the 90th and 99th percentiles) over the simulated requests, as the harness computes them, so the
+queues of the KV-limited admission, the closed loop's cohorts and the chunked prefill's stalls are in them. The steady-state model
 (:mod:`pdtune.perfmodel.aggregated`, :mod:`pdtune.perfmodel.sweeps`) stays as a quick bound and for pruning, and
 every output names the model that produced each latency (``latency_model``: :data:`LATENCY_MODELS`).
 
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pdtune.errors import InputError
+from pdtune.harnesses import HARNESSES, LATENCY_MODELS, SIMULATED, STEADY_STATE, Harness  # noqa: F401 (re-exported)
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.engine import Batch, Engine, StepTerms
 from pdtune.perfmodel.sweeps import Prediction
@@ -41,43 +42,6 @@ from pdtune.perfmodel.compiled import CompiledPoint
 from pdtune.sim import SimConfig, SimResult, StepCost, closed_loop, simulate, simulate_disagg
 from pdtune.sim.engine import BATCH_FIELDS
 from pdtune.sim.workload import Workload
-
-#: Which model produced a latency.
-LATENCY_MODELS = ("simulated", "steady-state")
-SIMULATED, STEADY_STATE = LATENCY_MODELS
-
-
-@dataclass(frozen=True)
-class Harness:
-    """How a benchmark harness starts its clients: warm-up and measured requests per client (``x C``)."""
-
-    name: str
-    kind: str  # pdtune.sim.closed_loop's harness: aiperf | vllm-bench | sa-bench
-    warmups: int  # warm-up requests, in multiples of the concurrency
-    prompts: int  # measured requests, in multiples of the concurrency
-    ready_check: bool
-    source: str
-
-
-#: The harnesses pdtune simulates, read from their sources (:mod:`pdtune.sim.workload` has the rules).
-HARNESSES = {
-    "aiperf": Harness(
-        "aiperf", "aiperf", 2, 20, False,
-        "AIPerf's concurrency mode as aiconfigurator's generated benchmark runs it (bench_run.sh.j2, "
-        "ai-dynamo/aiconfigurator 095f58a: --concurrency C --warmup-request-count 2C --num-requests 20C, fixed "
-        "ISL/OSL, ignore_eos, streaming)"),
-    "inferencex": Harness(
-        "inferencex", "vllm-bench", 2, 10, False,
-        "InferenceX's benchmark_serving_random.py (SemiAnalysisAI/InferenceX 5969d0a, "
-        "experimental/token_position_decode_slo): 2C warm-ups copying the first prompt, then 10C prompts at "
-        "--request-rate inf under --max-concurrency C, fixed ISL/OSL, ignore_eos"),
-    "sa-bench": Harness(
-        "sa-bench", "sa-bench", 2, 10, True,
-        "srt-slurm 0.3.0's sa-bench (a 2C warm-up run, then 10C prompts, --random-range-ratio 0.8)"),
-    "vllm-bench": Harness(
-        "vllm-bench", "vllm-bench", 0, 10, True,
-        "vllm bench serve --max-concurrency C --num-prompts 10C (vLLM 0.33, vllm/benchmarks/serve.py)"),
-}
 
 #: The harness of aiconfigurator's silicon rows. The file records none, so this is an assumption, and it is said
 #: wherever those rows are scored. The rows sit on InferenceX's grid: ISL/OSL 1k/1k, 1k/8k and 8k/1k, concurrency 4
