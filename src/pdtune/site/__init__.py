@@ -5,6 +5,7 @@
 * :mod:`.bookexec` — every chapter executed in parallel into a fresh jupyter-cache before Sphinx runs;
 * :mod:`.kernels` — one kernel for the notebooks a process executes in turn (the book's and the workbook's
   workers), each notebook started as in a new kernel;
+* :mod:`.runcache` — what several chapters of one run compute alike (chapter 9's plan), computed once per run;
 * :mod:`.vendor` — the third-party JavaScript (vega bundle, MathJax) written from installed packages;
 * :mod:`.render` — how a chart reaches a page: the offline renderer, :func:`~pdtune.site.render.show`,
   live explorers, and the static-build switch;

@@ -32,7 +32,7 @@ from pdtune.errors import InputError
 from pdtune.io import atomic_write_text
 from pdtune.guarded import read_yaml
 from pdtune.paths import REPO_ROOT
-from pdtune.site import kernels
+from pdtune.site import kernels, runcache
 from pdtune.site.bookbuild import TOC_NAME, check_toc, resolve_entry, toc_entries
 from pdtune.site.render import STATIC_BUILD_ENV
 
@@ -116,7 +116,8 @@ def execute_into_cache(
     by_size = sorted(in_toc_order, key=lambda p: p.stat().st_size, reverse=True)
     done: list[Execution] = []
     workers = max(1, min(jobs or os.cpu_count() or 1, len(by_size) or 1))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # runcache: what several chapters compute alike (chapter 9's plan) is computed once
+    with runcache.for_run(), ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_execute, str(p), timeout): p for p in by_size}
         for future in as_completed(futures):
             path = futures[future]

@@ -99,12 +99,26 @@ class Planned:
 
 
 def timed_plan(settings: PlanSettings, slas: list[Sla]) -> Planned:
-    """:func:`pdtune.plan.plan` (an SLA nothing meets is a pick with ``met=False`` and its closest row)."""
-    from pdtune.plan import plan
+    """:func:`pdtune.plan.plan` (an SLA nothing meets is a pick with ``met=False`` and its closest row).
 
-    started = time.perf_counter()
-    result = plan(settings, slas)
-    return Planned(result, time.perf_counter() - started)
+    Within one run of the workbook or of the book's execute step the search is made once
+    (:func:`pdtune.site.runcache.remembered`): the workbook's own plan and chapter 9's three pages ask for the
+    same one, and get it with the seconds the search took."""
+    import os
+
+    from pdtune import switches
+    from pdtune.site import runcache
+
+    def search() -> Planned:
+        from pdtune.plan import plan
+
+        started = time.perf_counter()
+        result = plan(settings, slas)
+        return Planned(result, time.perf_counter() - started)
+
+    # the vLLM environment in force and the data folder change the plan without changing its settings
+    key = ("timed_plan", settings, tuple(slas), switches.active(), os.environ.get("PDTUNE_DATA"))
+    return runcache.remembered(key, search)
 
 
 #: ``pdtune plan``'s error fields, as the ``plan:`` keys (or top-level keys) of a parameters file.

@@ -33,7 +33,7 @@ from pdtune.io import FolderSwap
 from pdtune.signals import die_with_parent
 from pdtune.paths import REPO_ROOT
 from pdtune.site.bookbuild import TOC_NAME
-from pdtune.site import kernels
+from pdtune.site import kernels, runcache
 from pdtune.site.bookexec import kernel_env
 from pdtune.site.render import NO_WIDGETS_ENV, STATIC_BUILD_ENV
 from pdtune.workbook.minibook import HtmlBuild, build_html
@@ -367,7 +367,8 @@ def run_workbook(
     out = Path(out)
     book_root = Path(book_root).resolve()
     # Locked from the first check to the swap: a second run into the same --out is refused, never raced.
-    with FolderSwap(out) as swap:
+    # runcache: the chapters and the summary search the plan once between them
+    with FolderSwap(out) as swap, runcache.for_run():
         _check_out(out, force, params, book_root)
         chapters = book_chapters(book_root)
         if not chapters:
