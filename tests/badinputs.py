@@ -1453,17 +1453,25 @@ def _recipe_job(folder: Path, recipe: str) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Every entry below ``root``: path -> (size, mtime_ns); FIFOs are listed, never opened."""
+    """Every entry below ``root``: path -> (size, mtime_ns); FIFOs are listed, never opened, links not followed.
+    Taken twice per case, about 1,700 times a run: scandir's entries carry their own lstat."""
     out: dict[str, tuple[int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            try:
-                info = os.lstat(path)
-            except OSError:
-                continue
-            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-            out[path] = (size, info.st_mtime_ns if stat.S_ISREG(info.st_mode) else 0)
+    folders = [os.fspath(root)]
+    while folders:
+        try:
+            entries = os.scandir(folders.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    folders.append(entry.path)
+                regular = stat.S_ISREG(info.st_mode)
+                out[entry.path] = (info.st_size, info.st_mtime_ns) if regular else (0, 0)
     return out
 
 

@@ -76,3 +76,25 @@ def test_every_subcommand_and_every_cause_is_covered() -> None:
     # every broken fixture file has its case (they were a harness of their own)
     assert len([c for c in CASES if c.id.startswith("fixture-")]) >= 20
     assert len(list((FIXTURES / "results" / "bad").iterdir())) >= 20
+
+
+def test_the_harness_sees_what_a_case_creates_or_changes(tmp_path: Path) -> None:
+    """``snapshot``/``changes``, which judge "nothing created or changed": a new file, a rewritten one, a new
+    folder; a FIFO is listed without being opened, a link to a folder is not followed."""
+    import os
+
+    from badinputs import changes, snapshot
+
+    (tmp_path / "a").mkdir()
+    kept = tmp_path / "a" / "kept.json"
+    kept.write_text("{}")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    before = snapshot(tmp_path)
+    assert str(tmp_path / "pipe") in before and str(tmp_path / "link" / "kept.json") not in before
+    assert changes(before, snapshot(tmp_path)) == []
+    kept.write_text('{"x": 1}')
+    (tmp_path / "a" / "b").mkdir()
+    (tmp_path / "a" / "b" / "new").write_text("")
+    assert changes(before, snapshot(tmp_path)) == [str(tmp_path / "a" / "b"), str(tmp_path / "a" / "b" / "new"),
+                                                   str(kept)]
