@@ -450,7 +450,8 @@ def test_simulated_rows_are_the_same_in_worker_processes(monkeypatch: pytest.Mon
     reports for the same plan."""
     import pdtune.plan.evaluate as evaluate
 
-    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128,
+    # concurrencies up to 64: ten rows, half the simulated requests of the full grid's nineteen
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128, grid=(1, 2, 4, 8, 16, 32, 64),
                      prefill_topologies=("TP2",), decode_topologies=("TP4",), latency_model="simulated")
     columns = ["deployment", "concurrency", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tpot_ms_p99", "tps_per_gpu"]
     serial = plan(s, [Sla(min_tps_per_user=30)]).table[columns]
