@@ -19,6 +19,7 @@ The planted pages at the bottom prove the checker catches each kind of mislabel.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -102,7 +103,7 @@ def chart_problems(spec: dict[str, Any], where: str) -> list[str]:
 
 
 def _sentences(node: Tag) -> list[str]:
-    node = BeautifulSoup(str(node), "html.parser")
+    node = copy.copy(node)  # a deep copy (bs4's Tag.__copy__), cheaper than printing and parsing it again
     for junk in node.select("table, pre, .cell_input, .pdtune-chart, script, style, .headerlink, .math, "
                             "mjx-container, section section"):
         junk.decompose()
@@ -112,15 +113,20 @@ def _sentences(node: Tag) -> list[str]:
 
 def _own(section: Tag) -> Tag:
     """The section without its subsections (each is checked on its own)."""
-    copy = BeautifulSoup(str(section), "html.parser").find("section")
-    for sub in copy.find_all("section"):
+    own = copy.copy(section)
+    for sub in own.find_all("section"):
         sub.decompose()
-    return copy
+    return own
 
 
 def page_problems(soup: BeautifulSoup, name: str) -> list[str]:
     """Every mislabel on one rendered page."""
     article = soup.select_one("article.bd-article") or soup
+    # Code the page runs says nothing to the reader, and every section below copies what it holds (the first
+    # chart inlines the 800 KB vega bundle): out first. Chart specs are JSON and stay.
+    for script in article.find_all(["script", "style"]):
+        if script.name == "style" or script.get("type") != "application/json":
+            script.decompose()
     problems = []
     for spec in _specs(article):
         problems += chart_problems(spec, name)
