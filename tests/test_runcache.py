@@ -68,3 +68,13 @@ def test_the_key_is_every_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         wider = timed_plan(plan_settings(model="llama-3.1-70b", gpu="h200", isl=1024, osl=1024, max_gpus=16),
                            plan_slas({}))
         assert wider.plan.settings.max_gpus == 16
+
+
+def test_a_run_can_keep_its_folder_in_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pdtune workbook`` keeps it in its staging folder: a killed run's successor removes that folder, and with
+    it whatever the cache held (nothing is left in the temporary folder)."""
+    monkeypatch.delenv(runcache.ENV, raising=False)
+    with runcache.for_run(tmp_path):
+        folder = Path(os.environ[runcache.ENV])
+        assert folder.parent == tmp_path
+    assert list(tmp_path.iterdir()) == []

@@ -29,13 +29,14 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def for_run() -> Iterator[None]:
-    """Inside the ``with``, processes started from this one (workers, their kernels) share a new folder; an
-    enclosing run's folder is kept instead (the workbook's HTML step inside a workbook run)."""
+def for_run(under: Path | None = None) -> Iterator[None]:
+    """Inside the ``with``, processes started from this one (workers, their kernels) share a new folder, made
+    in ``under`` (the workbook's staging folder, which a killed run's successor removes) or the temporary
+    folder; an enclosing run's folder is kept instead."""
     if os.environ.get(ENV):
         yield
         return
-    folder = tempfile.mkdtemp(prefix="pdtune-run-")
+    folder = tempfile.mkdtemp(prefix=".pdtune-run-", dir=under)
     os.environ[ENV] = folder
     try:
         yield

@@ -367,69 +367,75 @@ def run_workbook(
     out = Path(out)
     book_root = Path(book_root).resolve()
     # Locked from the first check to the swap: a second run into the same --out is refused, never raced.
-    # runcache: the chapters and the summary search the plan once between them
-    with FolderSwap(out) as swap, runcache.for_run():
+    with FolderSwap(out) as swap:
         _check_out(out, force, params, book_root)
-        chapters = book_chapters(book_root)
-        if not chapters:
-            raise InputError(book_root / TOC_NAME, "chapters", f"lists no notebook under {CHAPTER_DIR}/")
-        if html:
-            if not (book_root / "_config.yml").is_file():
-                raise InputError(book_root / "_config.yml", "--html", "the book has no _config.yml to build with")
-            read_yaml(book_root / "_config.yml", "_config.yml")  # one that cannot be read fails now, not at the end
-        # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
-        from pdtune.switches import vllm_environment
+        # runcache: the chapters and the summary search the plan once between them. Its folder is in the
+        # staging folder, so what a killed run leaves goes with the staging folder the next run removes.
+        with runcache.for_run(swap.staging):
+            chapters = book_chapters(book_root)
+            if not chapters:
+                raise InputError(book_root / TOC_NAME, "chapters", f"lists no notebook under {CHAPTER_DIR}/")
+            if html:
+                if not (book_root / "_config.yml").is_file():
+                    raise InputError(book_root / "_config.yml", "--html",
+                                     "the book has no _config.yml to build with")
+                # one that cannot be read fails now, not at the end
+                read_yaml(book_root / "_config.yml", "_config.yml")
+            # This loads every result file: one pdtune cannot read fails here, before any chapter runs.
+            from pdtune.switches import vllm_environment
 
-        with vllm_environment(params.resolved.environment(str(params.source)), "vllm_env"):
-            numbers = key_numbers(params.resolved)
-        # The plan's search too: a budget nothing fits stops here, naming the parameters file and plan.max_gpus.
-        planned = scenario_plan(params.resolved, params.source)
+            with vllm_environment(params.resolved.environment(str(params.source)), "vllm_env"):
+                numbers = key_numbers(params.resolved)
+            # The plan's search too: a budget nothing fits stops here, naming the parameters file and
+            # plan.max_gpus.
+            planned = scenario_plan(params.resolved, params.source)
 
-        values = params.values()
-        cells: dict[int, ParametersCell | None] = {}
-        outcomes: dict[int, dict[str, Any]] = {}
-        for c in chapters:
-            if c.source is None:
-                continue
-            try:
-                cells[c.number] = read_parameters_cell(read_chapter(c.source))
-            except Exception as exc:  # a chapter jupytext cannot read fails alone, like one that raises
-                error = f"cannot read the chapter: {exc}".splitlines()[0]
-                outcomes[c.number] = {"status": "failed", "error": error}
-        notes = {number: declaration_notes(cell, values) for number, cell in cells.items()}
-        # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt per kernel
-        # it would cost seconds each. A no-op when the dir is current.
-        from pdtune.site.vendor import VENDOR_DIR, write_vendor
+            values = params.values()
+            cells: dict[int, ParametersCell | None] = {}
+            outcomes: dict[int, dict[str, Any]] = {}
+            for c in chapters:
+                if c.source is None:
+                    continue
+                try:
+                    cells[c.number] = read_parameters_cell(read_chapter(c.source))
+                except Exception as exc:  # a chapter jupytext cannot read fails alone, like one that raises
+                    error = f"cannot read the chapter: {exc}".splitlines()[0]
+                    outcomes[c.number] = {"status": "failed", "error": error}
+            notes = {number: declaration_notes(cell, values) for number, cell in cells.items()}
+            # Every chapter inlines the vega bundle: read from the vendor dir it costs nothing, rebuilt
+            # per kernel it would cost seconds each. A no-op when the dir is current.
+            from pdtune.site.vendor import VENDOR_DIR, write_vendor
 
-        write_vendor(VENDOR_DIR)
+            write_vendor(VENDOR_DIR)
 
-        staging = swap.staging
-        prepared = []
-        for c in chapters:
-            if c.source is None or c.number not in cells:
-                continue
-            cell = cells[c.number]
-            prepared.append(_Job(
-                index=c.number, source=str(c.source), output=str(staging / c.notebook),
-                parameters=chapter_parameters(cell.names if cell else (), values), cwd=str(c.source.parent),
-                source_label=str(c.source.relative_to(book_root)), cell_timeout=cell_timeout,
-            ))
-        if log:
-            log(f"running {len(prepared)} of {len(chapters)} chapters, {jobs} at a time, into {out}")
-        outcomes.update(_run_jobs(prepared, chapters, jobs, progress, log))
-        results = tuple(
-            _chapter_result(c, outcomes.get(c.number), notes.get(c.number, []), staging, book_root)
-            for c in chapters
-        )
-        summary = summary_record(numbers, params, [r.to_dict() for r in results])
-        summary["plan"] = write_plan(staging / PLAN_DIR, planned, recipes=params.resolved.plan.recipes)
-        html_build = None
-        if html:
+            staging = swap.staging
+            prepared = []
+            for c in chapters:
+                if c.source is None or c.number not in cells:
+                    continue
+                cell = cells[c.number]
+                prepared.append(_Job(
+                    index=c.number, source=str(c.source), output=str(staging / c.notebook),
+                    parameters=chapter_parameters(cell.names if cell else (), values),
+                    cwd=str(c.source.parent),
+                    source_label=str(c.source.relative_to(book_root)), cell_timeout=cell_timeout,
+                ))
             if log:
-                log("building the HTML book")
-            html_build = build_html(staging, chapters, results, summary, book_root)
-            summary["html"] = html_build.to_dict()
-        write_summary(staging, summary)
+                log(f"running {len(prepared)} of {len(chapters)} chapters, {jobs} at a time, into {out}")
+            outcomes.update(_run_jobs(prepared, chapters, jobs, progress, log))
+            results = tuple(
+                _chapter_result(c, outcomes.get(c.number), notes.get(c.number, []), staging, book_root)
+                for c in chapters
+            )
+            summary = summary_record(numbers, params, [r.to_dict() for r in results])
+            summary["plan"] = write_plan(staging / PLAN_DIR, planned, recipes=params.resolved.plan.recipes)
+            html_build = None
+            if html:
+                if log:
+                    log("building the HTML book")
+                html_build = build_html(staging, chapters, results, summary, book_root)
+                summary["html"] = html_build.to_dict()
+            write_summary(staging, summary)
         swap.commit()
     return WorkbookResult(out=out, chapters=results, summary=summary, html=html_build)
 
