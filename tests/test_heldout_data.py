@@ -72,3 +72,19 @@ def test_the_fit_script_reads_only_the_silicon_file() -> None:
     script = Path(__file__).resolve().parents[1] / "data" / "perfmodel" / "fit_defaults.py"
     text = script.read_text(encoding="utf-8")
     assert "load_results(silicon_file())" in text and "clusters_dir" not in text
+
+
+def test_the_same_model_measured_elsewhere_is_several_times_faster() -> None:
+    """pdtune.chapters.scheduler.same_model_elsewhere: InferenceX's MiniMax-M2.5 TEP8 runs beside aiconfigurator's
+    silicon TP8 runs on the same H200s, both measured. By hand at ISL 8,192 and 4 clients: InferenceX's median
+    TTFT 1,434.63 ms (minimax_m25_vllm_tep8_isl8192_osl128_conc4.json, median_ttft 1.43463 s); the silicon file's
+    two TP8 runs 196.975 and 197.946 ms, median 197.46; 1,434.63 / 197.46 = 7.27. Every one of the ten points is
+    at least 2.5 times slower to the first token and 1.5 times per output token: the gap is the deployment's."""
+    from pdtune.chapters.scheduler import same_model_elsewhere
+
+    frame = same_model_elsewhere().set_index(["isl", "concurrency"])
+    assert len(frame) == 10 and set(frame.index.get_level_values("isl")) == {1024, 8192}
+    point = frame.loc[(8192, 4)]
+    assert point["measured_ttft_ms_p50_silicon"] == pytest.approx((196.975 + 197.946) / 2, abs=0.01)
+    assert point["ttft_times"] == pytest.approx(1434.63 / 197.4605, rel=1e-4)
+    assert (frame["ttft_times"] > 2.5).all() and (frame["tpot_times"] > 1.5).all()

@@ -161,6 +161,32 @@ def measured_slope_ms(frame: pd.DataFrame, column: str, *, from_concurrency: int
     return float(np.polyfit(part["concurrency"], part[column], 1)[0])
 
 
+#: aiconfigurator's silicon runs of the same model on the same GPU (the scorecard's measured columns).
+ELSEWHERE = ("aiconfigurator's silicon vLLM runs of MiniMax-M2.5 TP8 on 8x H200 (vLLM 0.18, output length 1,024; "
+             "the file's TTFT and TPOT are means, InferenceX's medians)")
+
+
+def same_model_elsewhere() -> pd.DataFrame:
+    """InferenceX's MiniMax-M2.5 TEP8 runs beside aiconfigurator's silicon runs of the same model on the same
+    H200s (TP8) at the same input length and clients, both measured: each source's TTFT and TPOT, and how many
+    times InferenceX's is the silicon one (two silicon runs of a point: their median)."""
+    from pdtune.scorecard import scorecard_file
+
+    held = pd.read_csv(data_dir() / HELDOUT_CSV)
+    held = held[(held["deployment"] == MEASURED_DEPLOYMENT) & (held["scored_by"] == "simulated")]
+    silicon = pd.read_csv(scorecard_file())
+    silicon = silicon[(silicon["model_key"] == "minimax-m2.5") & (silicon["gpu_name"] == "h200")
+                      & (silicon["topology"] == "TP8") & (silicon["osl"] == 1024)]
+    keys = ["isl", "concurrency"]
+    metrics = ["measured_ttft_ms_p50", "measured_tpot_ms_p50"]
+    there = silicon.groupby(keys)[metrics].median()
+    frame = held[keys + metrics].merge(there, left_on=keys, right_index=True, suffixes=("", "_silicon"))
+    frame = frame.sort_values(keys).reset_index(drop=True)
+    for metric in ("ttft", "tpot"):
+        frame[f"{metric}_times"] = frame[f"measured_{metric}_ms_p50"] / frame[f"measured_{metric}_ms_p50_silicon"]
+    return frame
+
+
 def clients_under(case: Case, concurrencies: tuple[int, ...], ttft_ms: float) -> int:
     """The most clients of ``concurrencies`` whose simulated median TTFT stays under ``ttft_ms``."""
     frame = sweep(case, concurrencies)
