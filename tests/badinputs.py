@@ -836,15 +836,24 @@ def build(root: Path) -> list[Case]:
         "fitted-list": cal_ok.replace("fitted_on:\n", "fitted_on: [1]\nx_fitted:\n"),
         "vllm-text": cal_ok.replace("vllm:\n- 0.18.0", "vllm: 0.18.0"),
         "holdout-by": cal_ok + "holdout_by: model\n", "latency-model": cal_ok + "latency_model: oracle\n",
+        "prior-text": cal_ok + "prior: 'no'\n",
         "groups-text": cal_ok.replace("fitted_on:\n",
                                                                                      "fitted_on:\n  groups: isl\n"),
         "not-calibration": "model: x\n", "binary": "\x00\x01",
     }
+    # The field each variant's line must blame: a variant refused for another reason (a file that is not read as
+    # a calibration at all) tests nothing of its own.
+    cal_fields = {"factor-nan": "factors.compute", "factor-inf": "factors.hbm", "factor-text": "factors.link",
+                  "factor-unknown": "factors.speed", "rows-text": "fitted_on.rows", "rows-huge": "fitted_on.rows",
+                  "model-list": "model", "fitted-list": "fitted_on", "vllm-text": "vllm", "holdout-by": "holdout_by",
+                  "latency-model": "latency_model", "prior-text": "prior", "groups-text": "fitted_on.groups",
+                  "not-calibration": "pdtune_calibration"}
     for name, text in cal_variants.items():
         path = write(p / f"cal-{name}.yaml", text.encode("latin-1") if name == "binary" else text)
         cause = {"laughs": 10, "factor-nan": 2, "factor-inf": 2, "rows-huge": 3, "binary": 0}.get(name, 1 if name in (
             "deep", "complex", "dup", "bigint", "recursive") else 4)
-        add(cause, f"validate-calibration-{name}", *validate, "--calibration", path, names=f"cal-{name}.yaml")
+        add(cause, f"validate-calibration-{name}", *validate, "--calibration", path, names=f"cal-{name}.yaml",
+            field=cal_fields.get(name, ""))
         if name in ("deep", "laughs", "factor-nan", "rows-text", "binary"):
             add(cause, f"predict-calibration-{name}", "predict", "gpt-oss-120b", "--topology", "TP1", "--mode",
                 "decode", "--gpu", "h200", "--calibration", path, names=f"cal-{name}.yaml")
@@ -1430,7 +1439,7 @@ def _issue22(add: Any, root: Path, *, base: str, log33: Path, qwen32: str, good_
 
 
 #: A calibration file as ``pdtune calibrate`` writes it (factors rounded), the base of the bad ones.
-CALIBRATION = """\\npdtune_calibration: 1\nmodel: gpt-oss-120b\ngpu: h200\nvllm:\n- 0.18.0\nfactors:\n  compute: 0.64\n  hbm: 0.80\n  link: 0.37\n  collective_latency_s: 1.4e-05\n  step_overhead_s: 0.00047\n  layer_overhead_s: 4.5e-05\n  request_overhead_s: 0.023\n  arrival_clustering: 0.14\n  expert_compute: 0.19\n  expert_hbm: 0.61\nstart: silicon\nfitted_on:\n  deployments:\n  - gpt-oss-120b | h200 | agg | TP2 | fp4 | nvfp4 | nvfp4\n  rows: 57\n  results:\n  - data/clusters/aiconfigurator-silicon\n"""
+CALIBRATION = """pdtune_calibration: 1\nmodel: gpt-oss-120b\ngpu: h200\nvllm:\n- 0.18.0\nfactors:\n  compute: 0.64\n  hbm: 0.80\n  link: 0.37\n  collective_latency_s: 1.4e-05\n  step_overhead_s: 0.00047\n  layer_overhead_s: 4.5e-05\n  request_overhead_s: 0.023\n  arrival_clustering: 0.14\n  expert_compute: 0.19\n  expert_hbm: 0.61\nstart: silicon\nfitted_on:\n  deployments:\n  - gpt-oss-120b | h200 | agg | TP2 | fp4 | nvfp4 | nvfp4\n  rows: 57\n  results:\n  - data/clusters/aiconfigurator-silicon\n"""
 
 
 def _copytree(src: Path, dest: Path, **_kw: Any) -> None:

