@@ -14,6 +14,8 @@ dropped. Two latency models side by side, the same factors: the steady-state mod
 clients, run in pdtune.sim; ``pdtune.perfmodel.simulated.HARNESSES["inferencex"]``). Prints median and p90 |error|
 of TTFT and TPOT per deployment and over all rows for each, with the time each took, and exits 1 while the targets
 (issue 23: median |error| TTFT <= 15 %, TPOT <= 8 % per deployment) are missed by the simulated model;
+``--calibrated`` also calibrates on MiniMax-M2.5 TEP8's own sweep (whole ISLs, then whole client counts held
+out; steady-state, with and without the pull towards the defaults) and prints the held-out errors;
 ``--json OUT`` writes the per-row table, ``--csv OUT`` the same as CSV
 (data/perfmodel/validation/inferencex_heldout.csv is made so), ``--latency-model`` scores one model only.
 """
@@ -28,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -79,6 +82,22 @@ def score(dep: Deployment, latency_model: str = STEADY_STATE) -> pd.DataFrame:
     return points.assign(deployment=dep.name)
 
 
+def calibrated(dep: Deployment, holdout_by: str) -> list[tuple[str, dict[str, Any]]]:
+    """``pdtune calibrate`` on ``dep``'s own sweep, whole ISLs (or client counts) held out, steady-state: the
+    held-out rows' median and p90 |error| with the pull towards the defaults and without it (``--no-prior``)."""
+    from pdtune.perfmodel.calibrate import calibrate
+
+    files = sorted(FOLDER.glob(dep.files))
+    rows = select_rows(load_results([str(f) for f in files]).assign(topology=dep.topology), dep.model, dep.gpu).rows
+    spec, gpu = load_model(dep.model), load_gpu(dep.gpu)
+    out = []
+    for label, prior in (("pulled", True), ("--no-prior", False)):
+        run = calibrate(rows, spec, gpu, model=dep.model, holdout_by=holdout_by, prior=prior)
+        out.append((label, {"groups": run.calibration.held_out_groups, "rows": run.calibration.held_out_rows,
+                            **run.calibration.held_out_error}))
+    return out
+
+
 def _f(x: float | None) -> str:
     return "    -" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:5.1f}"
 
@@ -87,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="OUT", help="write the per-row table here")
     parser.add_argument("--csv", metavar="OUT", help="write the per-row table here as CSV")
+    parser.add_argument("--calibrated", action="store_true",
+                        help="also calibrate on MiniMax-M2.5 TEP8's own sweep (ISLs, then client counts held out), "
+                        "with and without the pull towards the defaults")
     parser.add_argument("--latency-model", choices=LATENCY_MODELS, action="append",
                         help="score only this latency model (repeatable; default both)")
     args = parser.parse_args(argv)
@@ -127,6 +149,15 @@ def main(argv: list[str] | None = None) -> int:
         for (name, model), frame in low.groupby(["deployment", "scored_by"], sort=False):
             ratio = (frame["measured_ttft_ms_p50"] / frame["predicted_ttft_ms_p50"]).median()
             print(f"  {name:<24} {model:<13} {ratio:5.2f}x ({len(frame)} rows)")
+    if args.calibrated:
+        dep = DEPLOYMENTS[0]
+        print(f"\ncalibrated on {dep.name}'s own sweep, the held-out groups never fitted on (steady-state):")
+        for holdout_by in ("isl", "concurrency"):
+            for label, e in calibrated(dep, holdout_by):
+                med, p90 = e["median_abs_pct_error"], e["p90_abs_pct_error"]
+                print(f"  by {holdout_by:<11} {label:<10} {e['rows']:>3} rows  TTFT {_f(med['ttft_ms_p50'])} / "
+                      f"{_f(p90['ttft_ms_p50'])}   TPOT {_f(med['tpot_ms_p50'])} / {_f(p90['tpot_ms_p50'])}   "
+                      f"held out: {', '.join(e['groups'])}")
     unpredicted = table[~table["predicted"]]
     print(f"\n{len(unpredicted)} rows the model could not predict (counted, kept):")
     for (name, model, reason), n in unpredicted.groupby(["deployment", "scored_by", "reason"]).size().items():
