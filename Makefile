@@ -105,7 +105,7 @@ bench-simulated: venv
 	@status=0; \
 	nice $(BIN)/python benchmarks/bench_validate.py --latency-model simulated \
 	  --csv data/perfmodel/validation/heldout_simulated.csv || status=1; \
-	nice $(BIN)/python benchmarks/bench_heldout.py --csv data/perfmodel/validation/inferencex_heldout.csv || status=1; \
+	nice $(BIN)/python benchmarks/bench_heldout.py --calibrated --csv data/perfmodel/validation/inferencex_heldout.csv || status=1; \
 	$(BIN)/python benchmarks/bench_plan.py --latency-model simulated || status=1; \
 	exit $$status
 
