@@ -65,11 +65,14 @@ DEPLOYMENTS = (
 )
 
 
+def _results(dep: Deployment) -> pd.DataFrame:
+    """Every result file of ``dep``, read as it is, at the deployment's layout."""
+    return load_results([str(f) for f in sorted(FOLDER.glob(dep.files))]).assign(topology=dep.topology)
+
+
 def score(dep: Deployment, latency_model: str = STEADY_STATE) -> pd.DataFrame:
     """One row per result file: measured, predicted by ``latency_model`` (or the reason there is none)."""
-    files = sorted(FOLDER.glob(dep.files))
-    df = load_results([str(f) for f in files])
-    df = df.assign(topology=dep.topology)
+    df = _results(dep)
     if dep.model not in bundled_models():
         out = df[["path", "isl", "osl", "concurrency", "ttft_ms_p50", "tpot_ms_p50"]].rename(
             columns={"ttft_ms_p50": "measured_ttft_ms_p50", "tpot_ms_p50": "measured_tpot_ms_p50"})
@@ -87,8 +90,7 @@ def calibrated(dep: Deployment, holdout_by: str) -> list[tuple[str, dict[str, An
     held-out rows' median and p90 |error| with the pull towards the defaults and without it (``--no-prior``)."""
     from pdtune.perfmodel.calibrate import calibrate
 
-    files = sorted(FOLDER.glob(dep.files))
-    rows = select_rows(load_results([str(f) for f in files]).assign(topology=dep.topology), dep.model, dep.gpu).rows
+    rows = select_rows(_results(dep), dep.model, dep.gpu).rows
     spec, gpu = load_model(dep.model), load_gpu(dep.gpu)
     out = []
     for label, prior in (("pulled", True), ("--no-prior", False)):

@@ -161,11 +161,6 @@ def measured_slope_ms(frame: pd.DataFrame, column: str, *, from_concurrency: int
     return float(np.polyfit(part["concurrency"], part[column], 1)[0])
 
 
-#: aiconfigurator's silicon runs of the same model on the same GPU (the scorecard's measured columns).
-ELSEWHERE = ("aiconfigurator's silicon vLLM runs of MiniMax-M2.5 TP8 on 8x H200 (vLLM 0.18, output length 1,024; "
-             "the file's TTFT and TPOT are means, InferenceX's medians)")
-
-
 def same_model_elsewhere() -> pd.DataFrame:
     """InferenceX's MiniMax-M2.5 TEP8 runs beside aiconfigurator's silicon runs of the same model on the same
     H200s (TP8) at the same input length and clients, both measured: each source's TTFT and TPOT, and how many

@@ -4,9 +4,9 @@ Each chapter runs in a worker process (papermill changes the working folder), ``
 progress bar per chapter drawn from the workers' cell events. A worker keeps its kernel from one chapter to the
 next (its start and the imports every chapter makes cost more than most chapters' cells; a chapter that timed
 out or lost its kernel gets a new one), and each chapter starts as in a new kernel (:mod:`pdtune.site.kernels`):
-the executed notebooks are the ones fresh kernels write, to the memory addresses pandas prints. A failing chapter does not stop the others:
-it is reported with the cell (and its line in the chapter's source) where it failed, and its executed
-notebook, error included, is kept. Everything is written into a staging folder beside the output folder and
+the executed notebooks are the ones fresh kernels write, to the memory addresses pandas prints. A failing
+chapter does not stop the others: it is reported with the cell (and its line in the chapter's source) where it
+failed, and its executed notebook, error included, is kept. Everything is written into a staging folder beside the output folder and
 swapped into place at the end (:class:`pdtune.io.FolderSwap`), so the output folder appears whole or not at all,
 and a second run into the same folder meanwhile is refused.
 """
