@@ -44,7 +44,7 @@ from pdtune.guarded import read_yaml
 from pdtune.gpus import GpuSpec
 from pdtune.io import atomic_write_text
 from pdtune.model import ModelSpec
-from pdtune.perfmodel.efficiency import FACTORS, Efficiency
+from pdtune.perfmodel.efficiency import FACTORS, KERNEL_FACTORS, Efficiency
 from pdtune.perfmodel.defaults import gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import FIT_FACTORS, HOLDOUT_BY, Problem, fit_efficiency, holdout_key, split_deployments
 from pdtune.perfmodel.repeats import fold_repeats
@@ -218,7 +218,7 @@ def calibrate(
     ``concurrency``), score the others, return the calibration. Each measurement counts once. ``latency_model``
     ``"simulated"`` fits through the scheduler simulation and scores the held-out rows by it. Without ``prior``
     no factor is pulled towards the GPU's defaults: for a deployment unlike those they were fitted on, with
-    enough rows to place every factor (InferenceX's TEP8 sweep: the held-out TTFT falls from 49.7 % to 16.6 %)."""
+    enough rows to place every factor (InferenceX's TEP8 sweep: the held-out TTFT falls from 49.7 % to 15.2 %)."""
     if not len(rows):
         raise InputError("calibrate", "rows", "no measured rows of this model on this GPU")
     folded = fold_repeats(rows)
@@ -231,7 +231,9 @@ def calibrate(
     deployments = rows.apply(deployment_key, axis=1)
     defaults = gpu_defaults(gpu.name)
     begin = start or defaults.efficiency
-    unpulled = frozenset() if prior else frozenset(FIT_FACTORS)
+    # Without the prior nothing is pulled: the routed experts' per-kernel fractions too (the defaults set them, so
+    # they would lean on the defaults' values, not on the generic fractions being fitted).
+    unpulled = frozenset() if prior else frozenset((*FIT_FACTORS, *KERNEL_FACTORS))
     result = fit_efficiency([Problem(spec, gpu, fit_rows)], start=begin, latency_model=latency_model,
                             unpulled=unpulled)
     held_points = (validate_rows(held_rows, spec, gpu, result.efficiency, latency_model=latency_model)
