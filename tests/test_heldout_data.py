@@ -88,3 +88,21 @@ def test_the_same_model_measured_elsewhere_is_several_times_faster() -> None:
     assert point["measured_ttft_ms_p50_silicon"] == pytest.approx((196.975 + 197.946) / 2, abs=0.01)
     assert point["ttft_times"] == pytest.approx(1434.63 / 197.4605, rel=1e-4)
     assert (frame["ttft_times"] > 2.5).all() and (frame["tpot_times"] > 1.5).all()
+
+
+def test_the_measured_sweep_is_described_as_it_is_at_every_length() -> None:
+    """Chapter 8's scheduler section reads InferenceX's sweep at the input length nearest the parameters'. At ISL
+    8,192 the measured TTFT climbs 290 ms per client (a queue) and the simulated one falls; at ISL 1,024 the
+    measured one moves 2 ms per client, so the page must not call it the first case's queue, nor a fall growth."""
+    from pdtune.chapters import scheduler as sched
+
+    long, short = sched.measured_sweep(8192), sched.measured_sweep(1024)
+    grow = sched.measured_slope_ms(long, "measured_ttft_ms_p50")
+    assert sched.slope_words(grow) == "grows by 290 ms per client"
+    assert sched.measured_shape(grow) == "the queueing shape of the first case"
+    assert sched.slope_words(sched.measured_slope_ms(long, "simulated_ttft_ms_p50")).startswith("falls by ")
+    small = sched.measured_slope_ms(short, "measured_ttft_ms_p50")
+    assert small < sched.QUEUE_SLOPE_MS and "no queue" in sched.measured_shape(small)
+    assert "grows" not in sched.sweep_title(small)
+    assert [sched.slope_words(x) for x in (0.4, -0.4, 1.6, -3.2)] == [
+        "stays flat", "stays flat", "grows by 2 ms per client", "falls by 3 ms per client"]
