@@ -81,71 +81,82 @@ def _window_plan(sched: Scheduler, k: int, asynchronous: bool, head_need: int | 
     by request in running order; a request's allocation fails when its groups' new blocks exceed the free ones;
     after the running requests the waiting loop admits its head when its whole prompt fits. Events are (step,
     position in the running queue, 0 free / 1 take, group); returns (steps that run, events, net blocks taken per
-    step), or None when a request is not a steady decoder."""
+    step), or None when a request is not a steady decoder. Every request's events are arithmetic sequences (a
+    new block every ``block_size`` tokens, a block out of the window as often), so they are built as arrays."""
     kv = sched.kv
     lookahead = sched.config.num_lookahead_tokens
     ph = 1 if asynchronous else 0
+    running = sched.running
+    computed = np.fromiter((r.num_computed_tokens for r in running), dtype=np.int64, count=len(running))
+    positions = np.arange(len(running), dtype=np.int64)
     steps, places, kinds, groups = [], [], [], []
+
+    def sequence(first: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
+        # Steps first, first + b, ... below k, per request: (steps, positions).
+        live = first < k
+        f = first[live]
+        reps = (k - 1 - f) // b + 1
+        offsets = np.arange(int(reps.sum()), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+        return np.repeat(f, reps) + b * offsets, np.repeat(positions[live], reps)
+
     for gi, g in enumerate(kv.groups):
         if g.kind not in (FULL, SLIDING):
             continue  # recurrent groups hold their blocks for the whole request
         per = kv.req[gi]
         b = g.block_size
-        for pos, r in enumerate(sched.running):
-            rb = per.get(r.rid)
-            held = rb.n if rb is not None else 0
-            first = held * b - r.num_computed_tokens - lookahead
-            if first < 0:
-                return None  # short of blocks already: not a steady decoder
-            take = np.arange(first, k, b, dtype=np.int64)
-            steps.append(take)
-            places.append(np.full(take.size, pos))
-            kinds.append(np.ones(take.size, dtype=np.int64))
-            groups.append(np.full(take.size, gi))
-            if g.kind == SLIDING:
-                assert g.sliding_window is not None
-                j = np.arange(k, dtype=np.int64)
-                skipped = np.maximum(0, r.num_computed_tokens + j - ph - g.sliding_window + 1 - g.extra_retained) // b
-                nulls = rb.nulls if rb is not None else 0
-                freed = np.maximum(skipped, nulls)
-                at = np.nonzero(np.diff(np.concatenate(([nulls], freed))))[0]
-                if (np.diff(np.concatenate(([nulls], freed))) > 1).any():
-                    return None  # more than one block out of the window in one step: left to the scheduler
-                steps.append(at)
-                places.append(np.full(at.size, pos))
-                kinds.append(np.zeros(at.size, dtype=np.int64))
-                groups.append(np.full(at.size, gi))
+        blocks = [per.get(r.rid) for r in running]
+        held = np.fromiter((rb.n if rb is not None else 0 for rb in blocks), dtype=np.int64, count=len(blocks))
+        # The schedule at step j asks for cdiv(computed + j + 1 + lookahead, b) blocks: the first new one at
+        # j = held * b - computed - lookahead, then one every b steps.
+        first = held * b - computed - lookahead
+        if (first < 0).any():
+            return None  # short of blocks already: not a steady decoder
+        j, p = sequence(first, b)
+        steps.append(j)
+        places.append(p)
+        kinds.append(np.ones(j.size, dtype=np.int64))
+        groups.append(np.full(j.size, gi, dtype=np.int64))
+        if g.kind == SLIDING:
+            assert g.sliding_window is not None
+            nulls = np.fromiter((rb.nulls if rb is not None else 0 for rb in blocks), dtype=np.int64,
+                                count=len(blocks))
+            # Blocks out of the window at step j: max(nulls, max(0, a + j) // b), one more each time a + j
+            # crosses a multiple of b past (nulls + 1) * b.
+            a = computed - ph - g.sliding_window + 1 - g.extra_retained
+            if (np.maximum(a, 0) // b > nulls + 1).any():
+                return None  # more than one block out of the window in one step: left to the scheduler
+            base = (nulls + 1) * b - a  # the step of the next free; at or below 0: at step 0
+            j0, p0 = sequence(np.maximum(base, 0), k)  # the first free of each request (one at most)
+            j1, p1 = sequence(base + b, b)  # the later ones
+            j = np.concatenate((j0, j1))
+            steps.append(j)
+            places.append(np.concatenate((p0, p1)))
+            kinds.append(np.zeros(j.size, dtype=np.int64))
+            groups.append(np.full(j.size, gi, dtype=np.int64))
     if not steps:
         return k, [], np.zeros(k, dtype=np.int64)
     j_all, p_all, t_all, g_all = (np.concatenate(x) for x in (steps, places, kinds, groups))
     order = np.lexsort((g_all, t_all, p_all, j_all))
-    events = list(zip(j_all[order].tolist(), p_all[order].tolist(), t_all[order].tolist(), g_all[order].tolist()))
-    free = kv.pool.num_free
-    net = np.zeros(k, dtype=np.int64)
-    i, n = 0, len(events)
+    j_all, p_all, t_all, g_all = j_all[order], p_all[order], t_all[order], g_all[order]
+    delta = 1 - 2 * t_all  # a free gives a block back, a take uses one
+    # Free blocks after each event, in the scheduler's order: a request's frees come before its takes, so the
+    # first take that drives the count below 0 is the allocation that fails (the scheduler preempts there).
+    free = kv.pool.num_free + np.cumsum(delta)
     limit = k
-    for step in range(k):
-        while i < n and events[i][0] == step:
-            pos = events[i][1]
-            frees = takes = 0
-            while i < n and events[i][0] == step and events[i][1] == pos:
-                if events[i][2]:
-                    takes += 1
-                else:
-                    frees += 1
-                i += 1
-            free += frees
-            if takes > free:
-                limit = step  # this allocation fails: the scheduler preempts
-                break
-            free -= takes
-            net[step] += takes - frees
-        if limit < k:
-            break
-        if head_need is not None and free >= head_need:
-            limit = step  # the waiting head would be admitted in this step
-            break
-    return limit, [e for e in events if e[0] < limit], net
+    short = np.flatnonzero((t_all == 1) & (free < 0))
+    if short.size:
+        limit = int(j_all[short[0]])
+    net = np.bincount(j_all, weights=-delta, minlength=k).astype(np.int64)[:k]
+    if head_need is not None:
+        # Free blocks after each whole step: the waiting queue's head is admitted in the first step that leaves
+        # its prompt's blocks free.
+        after = kv.pool.num_free - np.cumsum(net)
+        fits = np.flatnonzero(after[:limit] >= head_need)
+        if fits.size:
+            limit = int(fits[0])
+    cut = int(np.searchsorted(j_all, limit, side="left"))
+    events = list(zip(j_all[:cut].tolist(), p_all[:cut].tolist(), t_all[:cut].tolist(), g_all[:cut].tolist()))
+    return limit, events, net
 
 
 def _block_needs(sched: Scheduler, k: int) -> np.ndarray:
@@ -216,28 +227,8 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     if k < MIN_RUN:
         return None
     k = min(k, 4096)
-    # Blocks: each rank's cumulative needs must fit its free blocks.
-    needs = []
-    events: list[list[tuple[int, int, int, int]]] | None = [] if windowed else None
-    for s, (_, head_need) in zip(ranks, heads, strict=True):
-        if windowed:
-            plan = _window_plan(s, k, asynchronous, head_need)
-            if plan is None:
-                return None
-            fits, ev, need = plan
-            events.append(ev)  # type: ignore[union-attr]
-        else:
-            need = _block_needs(s, k)
-            if need is None:
-                return None
-            cum = np.cumsum(need)
-            fits = int(np.searchsorted(cum, s.kv.pool.num_free, side="right"))
-        k = min(k, fits)
-        needs.append(need)
-    if k < MIN_RUN:
-        return None
-    needs = [n[:k] for n in needs]
-    # Time the steps; stop before the first update at or after the horizon.
+    # Time the steps first: the run stops before the first update at or after the horizon, so the block plans
+    # below need only cover the steps before it (with many clients, a few dozen of the 4,096).
     cost = core.cost
     n_per = [len(s.running) for s in ranks]
     kv0 = [float(sum(r.num_computed_tokens for r in s.running)) for s in ranks]
@@ -262,19 +253,40 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
             best = np.maximum(best, d)
     t0 = max(now, core.stage_free[0])
     ends_all = np.cumsum(np.concatenate(([t0], best)))[1:]  # sequential sums: the engine's own t + d
-    # Stop before the first update at or after the horizon: async, the j-th step's schedule point follows the
-    # update of the batch before it (the one in flight for j = 0); sync, its own end.
+    # Async, the j-th step's schedule point follows the update of the batch before it (the one in flight for
+    # j = 0); sync, its own end.
     if asynchronous:
         updates = np.concatenate(([core.queue[0].end], ends_all[:-1]))
     else:
         updates = ends_all
-    m_ok = int(np.searchsorted(updates, horizon, side="left"))
-    ends = ends_all[:m_ok].tolist()
-    starts = np.concatenate(([t0], ends_all[:-1]))[:m_ok]
-    secs = (ends_all[:m_ok] - starts).tolist()  # as the engine records it (end - start)
-    m = len(ends)
+    k = min(k, int(np.searchsorted(updates, horizon, side="left")))
+    if k < MIN_RUN:
+        return None
+    # Blocks: each rank's cumulative needs must fit its free blocks.
+    needs = []
+    events: list[list[tuple[int, int, int, int]]] | None = [] if windowed else None
+    for s, (_, head_need) in zip(ranks, heads, strict=True):
+        if windowed:
+            plan = _window_plan(s, k, asynchronous, head_need)
+            if plan is None:
+                return None
+            fits, ev, need = plan
+            events.append(ev)  # type: ignore[union-attr]
+        else:
+            need = _block_needs(s, k)
+            if need is None:
+                return None
+            cum = np.cumsum(need)
+            fits = int(np.searchsorted(cum, s.kv.pool.num_free, side="right"))
+        k = min(k, fits)
+        needs.append(need)
+    m = k
     if m < MIN_RUN:
         return None
+    needs = [n[:m] for n in needs]
+    ends = ends_all[:m].tolist()
+    starts = np.concatenate(([t0], ends_all[:-1]))[:m]
+    secs = (ends_all[:m] - starts).tolist()  # as the engine records it (end - start)
     if core.record:
         # The batch that timed each step: the busiest rank's (an idle rank's one-token dummy batch).
         j = np.arange(m, dtype=float)
