@@ -100,6 +100,7 @@ class EngineCore:
         self.name = name
         self.queue: deque[InFlight] = deque()
         self.inputs: deque[tuple[float, int, SimRequest]] = deque()  # (time, rank, request), time order
+        self.pending = [0] * len(ranks)  # requests of each rank in ``inputs`` (the load balancer counts them)
         self.stage_free = [0.0] * cost.stages  # when each pipeline stage is free
         self.blocked = False  # waiting for the oldest batch
         self.asleep = False  # nothing to do until an input arrives
@@ -121,11 +122,13 @@ class EngineCore:
     def submit(self, when: float, rank: int, request: SimRequest) -> None:
         """A request reaches this engine's input queue at ``when`` (the loop takes it at its next turn)."""
         self.inputs.append((when, rank, request))
+        self.pending[rank] += 1
 
     def _take_inputs(self, now: float) -> None:
         inputs = self.inputs
         while inputs and inputs[0][0] <= now:
             when, rank, request = inputs.popleft()
+            self.pending[rank] -= 1
             request.t_arrive = when
             self.ranks[rank].add_request(request)
         self.asleep = False
@@ -162,7 +165,7 @@ class EngineCore:
         """(waiting, running, KV usage) of one rank, with requests still in the input queue as waiting."""
         sched = self.ranks[rank]
         running, waiting = sched.get_request_counts()
-        waiting += sum(1 for _, r, _ in self.inputs if r == rank)
+        waiting += self.pending[rank]
         return waiting, running, sched.kv.usage()
 
     # ------------------------------------------------------------------------------------- timing
@@ -274,16 +277,18 @@ class EngineCore:
             if not plan.num_scheduled_tokens and not plan.finished_before:
                 sched.update_from_output(plan, {})
                 continue
-            generated: dict[str, int] = {}
-            for rid in plan.sampling:
-                extra = 0
-                if spec is not None and rid not in plan.pad_spec:
-                    extra = spec.accepted(plan.spec_tokens.get(rid, 0))
-                generated[rid] = 1 + extra
+            if spec is None:
+                generated = dict.fromkeys(plan.sampling, 1)
+            else:
+                generated = {}
+                for rid in plan.sampling:
+                    extra = 0 if rid in plan.pad_spec else spec.accepted(plan.spec_tokens.get(rid, 0))
+                    generated[rid] = 1 + extra
             finished = sched.update_from_output(plan, generated)
             if self.on_tokens is not None:
+                on_tokens = self.on_tokens
                 for request, count in sched.delivered:
-                    self.on_tokens(request, count, now)
+                    on_tokens(request, count, now)
             if self.on_finish is not None:
                 for request in finished:
                     self.on_finish(request, now)

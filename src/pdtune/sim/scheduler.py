@@ -44,6 +44,9 @@ from pdtune.errors import InputError
 from pdtune.sim.kvcache import KVCacheManager, KVLayout
 from pdtune.sim.request import SimRequest, Status
 
+FINISHED = Status.FINISHED
+RUNNING = Status.RUNNING
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -227,6 +230,12 @@ class Scheduler:
 
         running = self.running
         prefill_lookahead = cfg.num_prefill_lookahead  # 0 without a drafter: skip the call, a hot loop
+        full_only = kv._full_only
+        full_groups = kv._full_groups
+        quiet_limits = kv._quiet
+        caching = kv.enable_caching
+        reprefillable = kv.num_reprefillable_tokens
+        lookahead_tokens = cfg.num_lookahead_tokens
         index = 0
         while index < len(running) and token_budget > 0:
             request = running[index]
@@ -247,7 +256,27 @@ class Scheduler:
             if n <= 0:
                 index += 1
                 continue
-            while True:
+            quiet = False
+            if request.status is RUNNING:
+                # allocate_slots inlined for the hot case, a step whose slots the request's blocks already hold
+                # (nothing taken, nothing out of a window): only the hashes may move.
+                slot = min(request.num_computed_tokens + n + lookahead_tokens, max_len)
+                if full_only:
+                    for per, block in full_groups:
+                        rb = per.get(request.rid)
+                        if rb is None or rb.n * block < slot:
+                            break
+                    else:
+                        quiet = True
+                else:
+                    limits = quiet_limits.get(request.rid)  # KVCacheManager._quiet_limits
+                    quiet = (limits is not None and slot <= limits[0]
+                             and request.num_computed_tokens - request.num_in_flight_tokens < limits[1])
+                if quiet and caching:
+                    upto = min(request.num_computed_tokens + n, request.num_prompt_tokens + request.num_output_tokens)
+                    if max(0, upto - reprefillable) >= request.hash_floor:
+                        kv.cache_blocks(request, upto)
+            while not quiet:
                 if kv.allocate_slots(request, n, num_lookahead_tokens=cfg.num_lookahead_tokens):
                     ok = True
                     break
@@ -257,7 +286,7 @@ class Scheduler:
                 if victim is request:
                     ok = False
                     break
-            if not ok:
+            if not quiet and not ok:
                 break
             scheduled_running.append(request)
             prefill_scheduled |= request.is_prefill_chunk
@@ -411,17 +440,21 @@ class Scheduler:
         asynchronous = self.config.async_scheduling
         k = self.config.num_spec_tokens
         requests = self.requests
+        sampling = plan.sampling
+        inflight = self.inflight_prefills
+        spec_tokens = plan.spec_tokens
         for rid, n in plan.num_scheduled_tokens.items():
             request = requests[rid]
             request.num_computed_tokens += n
             request.num_in_flight_tokens += n
-            request.is_prefill_chunk = request.num_computed_tokens < (
-                request.num_tokens + request.num_output_placeholders)
-            if not request.is_prefill_chunk:
-                plan.sampling.append(rid)
-                self.inflight_prefills.discard(rid)
+            chunk = request.is_prefill_chunk = request.num_computed_tokens < (
+                request.num_prompt_tokens + request.num_output_tokens + request.num_output_placeholders)
+            if not chunk:
+                sampling.append(rid)
+                if inflight:
+                    inflight.discard(rid)
                 if asynchronous:
-                    request.num_output_placeholders += 1 + plan.spec_tokens.get(rid, 0)
+                    request.num_output_placeholders += 1 + (spec_tokens.get(rid, 0) if spec_tokens else 0)
                     request.spec_tokens = k
         self.finished_req_ids = []
 
@@ -441,6 +474,7 @@ class Scheduler:
         max_len = self.config.max_model_len
         cache_blocks = self.kv.cache_blocks
         requests = self.requests
+        spec_tokens = plan.spec_tokens
         for rid, n in plan.num_scheduled_tokens.items():
             request = requests.get(rid)
             stale = False
@@ -449,12 +483,30 @@ class Scheduler:
                 if request.num_stale_output_tokens > 0:
                     stale = True
                     request.num_stale_output_tokens -= n
-            if request is None or request.is_finished():
+            if request is None or request.status is FINISHED:
                 continue
             if stale and request.drop_stale_output:
                 continue
             tokens = generated.get(rid, 0)
-            drafts = plan.spec_tokens.get(rid, 0)
+            drafts = spec_tokens.get(rid, 0) if spec_tokens else 0
+            if tokens == 1 and not drafts and not stale:
+                # The hot case, one sampled token and no drafts: the loop below, unrolled.
+                out = request.num_output_tokens = request.num_output_tokens + 1
+                status_before = request.status
+                if request.num_output_placeholders > 0:
+                    request.num_output_placeholders -= 1
+                    placeholders = True
+                else:
+                    placeholders = False
+                delivered.append((request, 1))
+                if status_before is RUNNING and (placeholders or k > 0):
+                    cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
+                if request.num_prompt_tokens + out >= max_len or out >= request.max_tokens:
+                    request.status = FINISHED
+                    self._free_request(request)
+                    finished.append(request)
+                    (stopped_running if status_before is RUNNING else stopped_waiting).add(rid)
+                continue
             if drafts and tokens:
                 rejected = drafts - max(tokens - 1, 0)
                 if not stale:
