@@ -246,11 +246,18 @@ class Scheduler:
                     >= request.num_prompt_tokens + request.max_tokens):
                 index += 1  # async: the step in flight already produces the last token
                 continue
-            n = request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+            computed = request.num_computed_tokens
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            n = num_tokens + request.spec_tokens + request.num_output_placeholders - computed
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, token_budget, input_budget - draft_slots)
-            n = min(n, max_len - request.num_computed_tokens - 1)
+            # min(n, token_budget, input_budget - draft_slots, max_len - computed - 1), as comparisons (hot)
+            if n > token_budget:
+                n = token_budget
+            if n > input_budget - draft_slots:
+                n = input_budget - draft_slots
+            if n > max_len - computed - 1:
+                n = max_len - computed - 1
             if prefill_lookahead:
                 n = self._reserve_prefill_lookahead(request, request.num_computed_tokens, n)
             if n <= 0:
@@ -260,7 +267,7 @@ class Scheduler:
             if request.status is RUNNING:
                 # allocate_slots inlined for the hot case, a step whose slots the request's blocks already hold
                 # (nothing taken, nothing out of a window): only the hashes may move.
-                slot = min(request.num_computed_tokens + n + lookahead_tokens, max_len)
+                slot = min(computed + n + lookahead_tokens, max_len)
                 if full_only:
                     for per, block in full_groups:
                         rb = per.get(request.rid)
@@ -271,9 +278,9 @@ class Scheduler:
                 else:
                     limits = quiet_limits.get(request.rid)  # KVCacheManager._quiet_limits
                     quiet = (limits is not None and slot <= limits[0]
-                             and request.num_computed_tokens - request.num_in_flight_tokens < limits[1])
+                             and computed - request.num_in_flight_tokens < limits[1])
                 if quiet and caching:
-                    upto = min(request.num_computed_tokens + n, request.num_prompt_tokens + request.num_output_tokens)
+                    upto = computed + n if computed + n < num_tokens else num_tokens
                     if max(0, upto - reprefillable) >= request.hash_floor:
                         kv.cache_blocks(request, upto)
             while not quiet:
@@ -292,7 +299,7 @@ class Scheduler:
             prefill_scheduled |= request.is_prefill_chunk
             scheduled[request.rid] = n
             context[request.rid] = request.num_computed_tokens
-            if request.num_computed_tokens < request.num_tokens - 1:
+            if request.num_computed_tokens < num_tokens - 1:  # allocate_slots changes no token count
                 prefill.add(request.rid)
             token_budget -= n
             input_budget -= n + draft_slots
@@ -475,6 +482,8 @@ class Scheduler:
         cache_blocks = self.kv.cache_blocks
         requests = self.requests
         spec_tokens = plan.spec_tokens
+        caching = self.kv.enable_caching
+        reprefillable = self.kv.num_reprefillable_tokens
         for rid, n in plan.num_scheduled_tokens.items():
             request = requests.get(rid)
             stale = False
@@ -500,7 +509,9 @@ class Scheduler:
                     placeholders = False
                 delivered.append((request, 1))
                 if status_before is RUNNING and (placeholders or k > 0):
-                    cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
+                    upto = request.num_computed_tokens - request.num_in_flight_tokens
+                    if caching and max(0, upto - reprefillable) >= request.hash_floor:
+                        cache_blocks(request, upto)  # else KVCacheManager.cache_blocks returns at once
                 if request.num_prompt_tokens + out >= max_len or out >= request.max_tokens:
                     request.status = FINISHED
                     self._free_request(request)
