@@ -107,7 +107,7 @@ class EngineCore:
         self.record = record
         self.timeline = Timeline()
         self.steps = 0
-        self.on_tokens = None  # callback(request, count, time)
+        self.on_tokens = None  # callback([(request, count), ...], time): a step's delivered tokens
         self.on_finish = None  # callback(request, time)
         self.on_load = None  # callback(core, rank, request id, time): P/D, a KV load starts
         self.dp_ep = lockstep_dp  # DP ranks whose tokens meet in the experts (the lockstep group)
@@ -286,9 +286,7 @@ class EngineCore:
                     generated[rid] = 1 + extra
             finished = sched.update_from_output(plan, generated)
             if self.on_tokens is not None:
-                on_tokens = self.on_tokens
-                for request, count in sched.delivered:
-                    on_tokens(request, count, now)
+                self.on_tokens(sched.delivered, now)
             if self.on_finish is not None:
                 for request in finished:
                     self.on_finish(request, now)

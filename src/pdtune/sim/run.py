@@ -265,11 +265,13 @@ class Clients:
             self._send(t)
 
 
-def on_tokens(request: SimRequest, count: int, t: float) -> None:
-    if request.t_first < 0:
-        request.t_first = t
-    request.token_times.append(t)
-    request.token_counts.append(count)
+def on_tokens(delivered: list[tuple[SimRequest, int]], t: float) -> None:
+    """Output tokens reached their clients at ``t``: (request, tokens) for each request of a step."""
+    for request, count in delivered:
+        if request.t_first < 0:
+            request.t_first = t
+        request.token_times.append(t)
+        request.token_counts.append(count)
 
 
 def request_records(requests: list[SimRequest], isl_extra: int = 0) -> list[RequestRecord]:

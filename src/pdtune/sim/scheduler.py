@@ -267,7 +267,9 @@ class Scheduler:
             if request.status is RUNNING:
                 # allocate_slots inlined for the hot case, a step whose slots the request's blocks already hold
                 # (nothing taken, nothing out of a window): only the hashes may move.
-                slot = min(computed + n + lookahead_tokens, max_len)
+                slot = computed + n + lookahead_tokens
+                if slot > max_len:
+                    slot = max_len
                 if full_only:
                     for per, block in full_groups:
                         rb = per.get(request.rid)
@@ -281,7 +283,7 @@ class Scheduler:
                              and computed - request.num_in_flight_tokens < limits[1])
                 if quiet and caching:
                     upto = computed + n if computed + n < num_tokens else num_tokens
-                    if max(0, upto - reprefillable) >= request.hash_floor:
+                    if upto - reprefillable >= request.hash_floor or not request.hash_floor:
                         kv.cache_blocks(request, upto)
             while not quiet:
                 if kv.allocate_slots(request, n, num_lookahead_tokens=cfg.num_lookahead_tokens):
@@ -510,7 +512,7 @@ class Scheduler:
                 delivered.append((request, 1))
                 if status_before is RUNNING and (placeholders or k > 0):
                     upto = request.num_computed_tokens - request.num_in_flight_tokens
-                    if caching and max(0, upto - reprefillable) >= request.hash_floor:
+                    if caching and (upto - reprefillable >= request.hash_floor or not request.hash_floor):
                         cache_blocks(request, upto)  # else KVCacheManager.cache_blocks returns at once
                 if request.num_prompt_tokens + out >= max_len or out >= request.max_tokens:
                     request.status = FINISHED
