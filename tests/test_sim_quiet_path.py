@@ -5,6 +5,7 @@ limits dropped before every call (the full path), and the pool and every request
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,3 +75,81 @@ def test_one_token_steps_meet_every_boundary() -> None:
     for name, groups in GROUPS.items():
         calls = [(i % 3, 1, i % 2) for i in range(900)]
         assert _run(groups, 120, calls, forget=False) == _run(groups, 120, calls, forget=True), name
+
+
+def test_the_scheduler_s_inlined_allocation_decides_as_allocate_slots(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``Scheduler.schedule`` skips the ``allocate_slots`` call for a running request whose blocks already hold the
+    step's slots (full-attention groups: ``held * block_size >= slot``; other layouts: the quiet limits above).
+    Every step through the scheduler (no bulk runs), with the shortcut and with every call sent to
+    ``allocate_slots``: a full-attention cache small enough to preempt, and gpt-oss-120b's sliding windows under
+    KV pressure; the requests, their preemptions and the blocks used at every step agree."""
+    from pdtune.gpus import load_gpu
+    from pdtune.model import load_model
+    from pdtune.perfmodel.defaults import gpu_defaults
+    from pdtune.perfmodel.engine import EngineConfig, build_engine
+    from pdtune.sim import SimConfig, closed_loop, simulate
+    from pdtune.sim.scheduler import Scheduler
+    from pdtune.topology import parse_topology
+
+    h100, h200 = load_gpu("h100"), load_gpu("h200")
+    dense = build_engine(load_model("llama-3.1-8b"), h100, parse_topology("TP1"), isl=1024, osl=128,
+                         config=EngineConfig(vllm="0.33", max_num_batched_tokens=2048, max_num_seqs=256,
+                                             gpu_memory_utilization=0.225, kv_cache_dtype="auto",
+                                             overheads_gib=(1.0, 0.5, 0.5)))
+    windowed = build_engine(load_model("gpt-oss-120b"), h200, parse_topology("TP1"), isl=3000, osl=300,
+                            config=EngineConfig(vllm="0.33", max_num_batched_tokens=8192, max_num_seqs=1024,
+                                                gpu_memory_utilization=0.52, kv_cache_dtype="auto",
+                                                overheads_gib=(5.6, 0.55, 0.0)))
+    cases = [(dense, closed_loop(16, 1000, 400, num_prompts=32), gpu_defaults("h100").efficiency),
+             (windowed, closed_loop(96, 3000, 300, num_prompts=192, harness="aiperf", warmups=32),
+              gpu_defaults("h200").efficiency)]
+    for engine, load, eff in cases:
+        runs = []
+        for inline in (True, False):
+            monkeypatch.setattr(Scheduler, "inline_allocation", inline)
+            runs.append(simulate(engine, load, efficiency=eff, config=SimConfig(fast_path=False)))
+        assert runs[0].preemptions > 0
+        assert [(r.chunks, r.chunk_tokens, r.preemptions) for r in runs[0].records] == \
+            [(r.chunks, r.chunk_tokens, r.preemptions) for r in runs[1].records]
+        assert runs[0].timelines["engine"].kv_used == runs[1].timelines["engine"].kv_used
+
+
+def _drive(groups: tuple[GroupLayout, ...], blocks: int, seed: int, caching: bool) -> list[tuple[object, ...]]:
+    """vLLM's async engine loop on one scheduler (a batch in flight while the next is scheduled), random
+    requests: every step's tokens per request, preemptions and free blocks."""
+    import random
+    from collections import deque
+
+    from pdtune.sim.scheduler import Scheduler, SchedulerConfig
+
+    sched = Scheduler(SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=256, max_model_len=4096,
+                                      enable_prefix_caching=caching), KVLayout(groups, blocks))
+    rng = random.Random(seed)
+    for i in range(40):
+        sched.add_request(SimRequest(f"r{i}", rng.randint(3, 400), rng.randint(1, 300)))
+    in_flight: deque = deque()
+    seen: list[tuple[object, ...]] = []
+    while sched.has_requests() and len(seen) < 20_000:
+        plan = sched.schedule()
+        in_flight.append(plan)
+        seen.append((tuple(plan.num_scheduled_tokens.items()), tuple(plan.preempted), sched.kv.num_free_blocks))
+        while len(in_flight) == 2 or (in_flight and not plan.num_scheduled_tokens):
+            done = in_flight.popleft()
+            sched.update_from_output(done, dict.fromkeys(done.sampling, 1))
+    assert not sched.has_unfinished_requests()
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_inlined_allocation_frees_and_takes_at_the_same_steps(name: str, seed: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The same check on the layouts above driven directly, windows not aligned with blocks included (a window of
+    5 tokens plus 3 retained frees its blocks at steps a full group takes none): every step agrees."""
+    from pdtune.sim.scheduler import Scheduler
+
+    caching = GROUPS[name][1].kind != RECURRENT
+    runs = []
+    for inline in (True, False):
+        monkeypatch.setattr(Scheduler, "inline_allocation", inline)
+        runs.append(_drive(GROUPS[name], 160, seed, caching))
+    assert runs[0] == runs[1]

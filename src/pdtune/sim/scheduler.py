@@ -121,6 +121,10 @@ class Scheduler:
     prompt chunk that did not reach the prompt's end) and returns the requests that finished.
     """
 
+    #: The running loop does allocate_slots' arithmetic itself when a request's blocks already hold the step's
+    #: slots (most decode steps); False sends every call through KVCacheManager.allocate_slots (a test's reference).
+    inline_allocation = True
+
     def __init__(self, config: SchedulerConfig, layout: KVLayout) -> None:
         self.config = config
         self.kv = KVCacheManager(
@@ -230,6 +234,7 @@ class Scheduler:
 
         running = self.running
         prefill_lookahead = cfg.num_prefill_lookahead  # 0 without a drafter: skip the call, a hot loop
+        inline = self.inline_allocation
         full_only = kv._full_only
         full_groups = kv._full_groups
         quiet_limits = kv._quiet
@@ -264,7 +269,7 @@ class Scheduler:
                 index += 1
                 continue
             quiet = False
-            if request.status is RUNNING:
+            if inline and request.status is RUNNING:
                 # allocate_slots inlined for the hot case, a step whose slots the request's blocks already hold
                 # (nothing taken, nothing out of a window): only the hashes may move.
                 slot = computed + n + lookahead_tokens
