@@ -221,9 +221,10 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     # Steps until the first request nears its end (or max_model_len).
     k = 1 << 30
     for s in ranks:
-        max_len = s.config.max_model_len
-        for r in s.running:
-            k = min(k, r.max_tokens - r.num_output_tokens - 3, max_len - r.num_tokens - 3)
+        if s.running:
+            left = min(r.max_tokens - r.num_output_tokens for r in s.running)
+            longest = max(r.num_prompt_tokens + r.num_output_tokens for r in s.running)
+            k = min(k, left - 3, s.config.max_model_len - longest - 3)
     if k < MIN_RUN:
         return None
     k = min(k, 4096)
