@@ -264,7 +264,7 @@ class Scheduler:
             if n > max_len - computed - 1:
                 n = max_len - computed - 1
             if prefill_lookahead:
-                n = self._reserve_prefill_lookahead(request, request.num_computed_tokens, n)
+                n = self._reserve_prefill_lookahead(request, computed, n)
             if n <= 0:
                 index += 1
                 continue
@@ -290,18 +290,19 @@ class Scheduler:
                     upto = computed + n if computed + n < num_tokens else num_tokens
                     if upto - reprefillable >= request.hash_floor or not request.hash_floor:
                         kv.cache_blocks(request, upto)
-            while not quiet:
-                if kv.allocate_slots(request, n, num_lookahead_tokens=cfg.num_lookahead_tokens):
-                    ok = True
+            if not quiet:
+                while True:
+                    if kv.allocate_slots(request, n, num_lookahead_tokens=cfg.num_lookahead_tokens):
+                        ok = True
+                        break
+                    victim = running.pop()  # the newest running request
+                    self._preempt(victim)
+                    preempted.append(victim.rid)
+                    if victim is request:
+                        ok = False
+                        break
+                if not ok:
                     break
-                victim = running.pop()  # the newest running request
-                self._preempt(victim)
-                preempted.append(victim.rid)
-                if victim is request:
-                    ok = False
-                    break
-            if not quiet and not ok:
-                break
             scheduled_running.append(request)
             prefill_scheduled |= request.is_prefill_chunk
             scheduled[request.rid] = n
