@@ -58,18 +58,21 @@ def _f(x: float | None) -> str:
     return "    -" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:5.1f}"
 
 
-def _simulate_group(problem, model: str, gpu: str, folds: int, fit: bool) -> tuple[pd.DataFrame, float]:
+def _simulate_group(problem, model: str, gpu: str, folds: int, fit: bool,
+                    factors: str | None = None) -> tuple[pd.DataFrame, float]:
     """One model x GPU group's rows simulated (a worker's job): the table and its CPU seconds."""
     c0 = time.process_time()
-    frame = heldout_rows(problem, model, gpu, lomo_factors(model, gpu), folds=folds, latency_model=SIMULATED,
-                         fit_simulated=fit)
+    frame = heldout_rows(problem, model, gpu, lomo_factors(model, gpu, factors), folds=folds,
+                         latency_model=SIMULATED, fit_simulated=fit)
     return frame, time.process_time() - c0
 
 
 def simulated_lomo(problems: dict, folds: int, csv: str | None, *, fit: bool = False,
-                   only: list[str] | None = None, jobs: int = 1) -> tuple[pd.DataFrame, dict]:
+                   only: list[str] | None = None, jobs: int = 1,
+                   factors: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Every model x GPU's rows simulated with the shipped leave-one-model-out factors (``lomo_models.csv``, the
-    factors the scorecard's fits found; not refitted here), ``jobs`` groups at a time in worker processes (the
+    factors the scorecard's fits found, or those of the file ``factors`` names: ``lomo_models_simulated.csv`` holds
+    the fits through the simulator; not refitted here), ``jobs`` groups at a time in worker processes (the
     largest first, so the last to end is a small one), each printed with its time as it ends and the table so far
     written to ``csv`` in the groups' order (fewest requests first)."""
     import multiprocessing
@@ -77,7 +80,7 @@ def simulated_lomo(problems: dict, folds: int, csv: str | None, *, fit: bool = F
 
     keys = sorted((k for k in problems if k[0] in MODELS and (only is None or f"{k[0]}/{k[1]}" in only)),
                   key=lambda k: float((problems[k].rows["concurrency"] * problems[k].rows["osl"]).sum()))
-    used = {k: str(lomo_models().set_index(["model_key", "gpu_name"]).loc[k, "fitted_on"]).split() for k in keys}
+    used = {k: str(lomo_models(factors).set_index(["model_key", "gpu_name"]).loc[k, "fitted_on"]).split() for k in keys}
     done: dict[tuple[str, str], pd.DataFrame] = {}
     t0 = time.perf_counter()
 
@@ -95,10 +98,10 @@ def simulated_lomo(problems: dict, folds: int, csv: str | None, *, fit: bool = F
 
     if jobs <= 1:
         for key in keys:
-            report(key, *_simulate_group(problems[key], *key, folds, fit))
+            report(key, *_simulate_group(problems[key], *key, folds, fit, factors))
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_simulate_group, problems[key], *key, folds, fit): key for key in reversed(keys)}
+            futures = {pool.submit(_simulate_group, problems[key], *key, folds, fit, factors): key for key in reversed(keys)}
             for future in as_completed(futures):
                 report(futures[future], *future.result())
     return pd.concat([done[k] for k in keys], ignore_index=True), used
@@ -119,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", metavar="OUT", help="write the per-row table here as CSV")
     parser.add_argument("--fit-simulated", action="store_true",
                         help="with --latency-model simulated: calibrate each fold through the simulator too")
+    parser.add_argument("--lomo-factors", metavar="CSV",
+                        help="with --latency-model simulated: the leave-one-model-out factors to simulate with "
+                             "(default data/perfmodel/validation/lomo_models.csv; lomo_models_simulated.csv holds "
+                             "those fitted through the simulator)")
     parser.add_argument("--groups", metavar="MODEL/GPU,...", help="only these model x GPU groups")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="with --latency-model simulated: groups simulated at once (default: the CPUs)")
@@ -132,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         table, lomo_used = held.table, held.lomo_models
     else:
         table, lomo_used = simulated_lomo(problems, args.folds, args.csv, fit=args.fit_simulated,
-                                          only=args.groups.split(",") if args.groups else None, jobs=args.jobs)
+                                          only=args.groups.split(",") if args.groups else None, jobs=args.jobs,
+                                          factors=args.lomo_factors)
     summary = heldout_summary(table)
     print(f"pdtune ({args.latency_model} latency model) on aiconfigurator's vLLM aggregated rows (MEASURED rows; "
           "predictions MODELED); |error| in %")

@@ -1,6 +1,7 @@
 """Refit this folder's ``defaults.csv`` from the public measurements pdtune ships.
 
-    .venv/bin/python data/perfmodel/fit_defaults.py
+    .venv/bin/python data/perfmodel/fit_defaults.py               # defaults.csv (seconds)
+    .venv/bin/python data/perfmodel/fit_defaults.py --simulated   # defaults_simulated.csv (about 20 CPU-minutes)
 
 For H100, H200, B200 and B300: the factors of :class:`pdtune.perfmodel.efficiency.Efficiency` fitted
 (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`) on every vLLM aggregated row of aiconfigurator's silicon
@@ -43,6 +44,30 @@ from pdtune.results import load_results
 HERE = Path(__file__).resolve().parent
 
 
+def main_simulated(out: Path = HERE / "defaults_simulated.csv") -> Path:
+    """``--simulated``: the same fits run through the scheduler simulation (``latency_model="simulated"``), on the
+    rows :func:`pdtune.perfmodel.heldout.sim_fit_rows` keeps (at most 64 clients and 1,024 output tokens: the
+    rest cost most of the simulation time), for the simulated predictions (``gpu_defaults(gpu, "simulated")``)."""
+    from pdtune.perfmodel.heldout import sim_fit_rows
+
+    problems = silicon_problems(load_results(silicon_file()))
+    rows = []
+    fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
+    for gpu in SILICON_GPUS:
+        members = architecture_of(gpu)
+        if members not in fits:
+            fits[members] = fit_gpu_defaults(problems, gpu, latency_model="simulated", rows=sim_fit_rows)
+        eff, models = fits[members]
+        n = sum(int(sim_fit_rows(p.rows).sum()) for (m, g), p in problems.items() if g in members)
+        rows.append(GpuDefaults(gpu, eff, "silicon-simulated",
+                                f"fitted through pdtune.sim on {n} vLLM aggregated rows on {' and '.join(members)} "
+                                f"of {' '.join(models)} (those of at most 64 clients and 1,024 output tokens), "
+                                f"pulled towards the prior (perfmodel.prior)"))
+    write_defaults(out, rows, "pdtune's default factors per GPU for simulated predictions; written by "
+                              "fit_defaults.py --simulated")
+    return out
+
+
 def main(out: Path = HERE / "defaults.csv") -> Path:
     problems = silicon_problems(load_results(silicon_file()))
     rows = []
@@ -79,4 +104,9 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
 
 
 if __name__ == "__main__":
-    print(f"wrote {main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / 'defaults.csv')}")
+    args = sys.argv[1:]
+    if "--simulated" in args:
+        args.remove("--simulated")
+        print(f"wrote {main_simulated(Path(args[0]) if args else HERE / 'defaults_simulated.csv')}")
+    else:
+        print(f"wrote {main(Path(args[0]) if args else HERE / 'defaults.csv')}")

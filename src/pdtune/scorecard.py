@@ -65,6 +65,11 @@ def lomo_file() -> Path:
     return scorecard_dir() / "lomo_models.csv"
 
 
+def lomo_simulated_file() -> Path:
+    """The leave-one-model-out factors fitted through the scheduler simulation (``--fit-simulated``)."""
+    return scorecard_dir() / "lomo_models_simulated.csv"
+
+
 def repeats_file() -> Path:
     return scorecard_dir() / "repeats.csv"
 
@@ -107,11 +112,12 @@ def _fits_frame(fits: dict[tuple[str, str], list[str]], factors: dict[tuple[str,
 
 
 def lomo_factors(model: str, gpu: str, path: str | Path | None = None) -> Efficiency:
-    """The shipped leave-one-model-out factors of ``model`` on ``gpu`` (``lomo_models.csv``)."""
+    """The shipped leave-one-model-out factors of ``model`` on ``gpu`` (``lomo_models.csv``, or the file ``path``
+    names: :func:`lomo_simulated_file` holds those fitted through the simulation)."""
     table = lomo_models(path)
     row = table[(table["model_key"] == model) & (table["gpu_name"] == gpu)]
     if len(row) != 1:
-        raise KeyError(f"{model} on {gpu} is not in {lomo_file()}")
+        raise KeyError(f"{model} on {gpu} is not in {path or lomo_file()}")
     # A factor added after the file was written (no column) keeps its default.
     values = {f.name: row[f"factor_{f.name}"].iloc[0] for f in fields(Efficiency) if f"factor_{f.name}" in row}
     return Efficiency(**{k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in values.items()})
@@ -263,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--out", metavar="DIR", help=f"write here instead of {scorecard_dir()}")
     parser.add_argument("--check", action="store_true", help="recompute and compare with the shipped file")
+    parser.add_argument("--fit-simulated", action="store_true",
+                        help=f"fit the leave-one-model-out factors through the scheduler simulation instead and "
+                             f"write only {lomo_simulated_file().name} (about an hour of CPU)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --fit-simulated: fits run at once")
     parser.add_argument("--fold", nargs=3, metavar=("MODEL", "GPU", "K"),
                         help="recompute only fold K of MODEL on GPU (seconds) and compare with the shipped rows")
     args = parser.parse_args(argv)
@@ -275,6 +285,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fold {fold} of {model} on {gpu} {'differs from' if problems else 'matches'} {scorecard_file()} "
               f"({time.perf_counter() - start:.0f} s)")
         return 1 if problems else 0
+    if args.fit_simulated:
+        from pdtune.perfmodel.defaults import silicon_file, silicon_problems
+        from pdtune.perfmodel.heldout import lomo_fits_simulated
+        from pdtune.results import load_results
+
+        fits = lomo_fits_simulated(silicon_problems(load_results(silicon_file())), MODELS, jobs=args.jobs)
+        out = (Path(args.out) if args.out else scorecard_dir()) / lomo_simulated_file().name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(_csv(_fits_frame({k: v[1] for k, v in fits.items()}, {k: v[0] for k, v in fits.items()})),
+                       encoding="utf-8")
+        print(f"wrote {out} ({time.perf_counter() - start:.0f} s)")
+        return 0
     if args.check:
         problems = check()
         for p in problems:

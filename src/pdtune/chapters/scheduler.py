@@ -75,7 +75,7 @@ def run(case: Case, concurrency: int, rounds: int = 6) -> SimResult:
 
 
 def _efficiency(case: Case) -> Efficiency:
-    eff = gpu_defaults(GPU).efficiency
+    eff = gpu_defaults(GPU, "simulated").efficiency
     return eff if case.request_overhead_s is None else replace(eff, request_overhead_s=case.request_overhead_s)
 
 

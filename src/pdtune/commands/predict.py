@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         cal = load_calibration(args.calibration, model=args.model, gpu=gpu.name)
         eff, eff_source = cal.efficiency, f"calibration {args.calibration}"
     else:
-        defaults = gpu_defaults(gpu.name)
+        defaults = gpu_defaults(gpu.name, args.latency_model)
         eff, eff_source = defaults.efficiency, f"{gpu.name} defaults ({defaults.source})"
     config = engine_config(args, mode, gpu)
     # DCP is the decode engine's; a draft joins both engines' caches (NIXL moves its layers' KV too).

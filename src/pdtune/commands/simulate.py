@@ -17,6 +17,7 @@ from pdtune.commands._common import (
 from pdtune.commands.predict import engine_config
 from pdtune.errors import InputError
 from pdtune.gpus import load_gpu
+from pdtune.harnesses import SIMULATED
 from pdtune.io import atomic_write_text
 from pdtune.limits import MAX_CONCURRENCY, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS_PER_STEP
 from pdtune.model import load_model
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         eff = load_calibration(args.calibration, model=args.model, gpu=gpu.name).efficiency
         eff_source = f"calibration {args.calibration}"
     else:
-        defaults = gpu_defaults(gpu.name)
+        defaults = gpu_defaults(gpu.name, SIMULATED)
         eff, eff_source = defaults.efficiency, f"{gpu.name} defaults ({defaults.source})"
     config = engine_config(args, "agg", gpu)
     isl = max(r.isl for p in workload.phases for r in p.requests)

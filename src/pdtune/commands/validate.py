@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         calibration = load_calibration(args.calibration, model=name, gpu=gpu.name)
         eff, source = calibration.efficiency, f"calibration {args.calibration}"
     else:
-        defaults = gpu_defaults(gpu.name)
+        defaults = gpu_defaults(gpu.name, args.latency_model)
         eff, source = defaults.efficiency, f"defaults for {gpu.name} ({defaults.source}: {defaults.note})"
     if args.harness is not None and args.latency_model != SIMULATED:
         raise InputError("--harness", "harness", "names the clients --latency-model simulated runs; give both")
@@ -155,7 +155,7 @@ def mark_fitted(
         in_group = [groups.get(i, "") in set(calibration.fitted_groups) for i in out["row"]]
         # A file without measurement digests (written before them) knows only its groups.
         fitted = [digests.get(i) in measured if measured else g for i, g in zip(out["row"], in_group, strict=True)]
-        start = set(fitted_measurements(gpu)) if gpu and calibration.start == "silicon" else set()
+        start = set(fitted_measurements(gpu)) if gpu and calibration.start.startswith("silicon") else set()
         start_fitted = [digests.get(i) in start for i in out["row"]]
     else:
         measured = set(fitted_measurements(gpu)) if gpu else set()

@@ -229,7 +229,7 @@ def calibrate(
     held_rows = rows[keys.isin(held_keys)]
     assert not set(fit_rows.index) & set(held_rows.index)
     deployments = rows.apply(deployment_key, axis=1)
-    defaults = gpu_defaults(gpu.name)
+    defaults = gpu_defaults(gpu.name, latency_model)
     begin = start or defaults.efficiency
     # Without the prior nothing is pulled: the routed experts' per-kernel fractions too (the defaults set them, so
     # they would lean on the defaults' values, not on the generic fractions being fitted).

@@ -20,8 +20,8 @@ A GPU the file does not list uses the article's factors.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -54,8 +54,11 @@ def architecture_of(gpu: str) -> tuple[str, ...]:
     return (gpu,)
 
 
-def defaults_file() -> Path:
-    return data_dir() / "perfmodel" / "defaults.csv"
+def defaults_file(latency_model: str = "steady-state") -> Path:
+    """The default factors per GPU for ``latency_model``: ``defaults.csv`` is fitted on the steady-state model's
+    form, ``defaults_simulated.csv`` through the scheduler simulation (``fit_defaults.py --simulated``)."""
+    name = "defaults_simulated.csv" if latency_model == "simulated" else "defaults.csv"
+    return data_dir() / "perfmodel" / name
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,11 @@ def _read_table(source: Path) -> dict[str, GpuDefaults]:
     return out
 
 
-def gpu_defaults(gpu: str) -> GpuDefaults:
-    """The default factors for ``gpu`` and their source."""
-    found = _table(str(defaults_file())).get(gpu.strip().lower())
+def gpu_defaults(gpu: str, latency_model: str = "steady-state") -> GpuDefaults:
+    """The default factors for ``gpu`` and their source; a simulated prediction takes the factors fitted through the
+    simulation where the GPU has them (the silicon GPUs), else the steady-state model's."""
+    key = gpu.strip().lower()
+    found = _table(str(defaults_file(latency_model))).get(key) or _table(str(defaults_file())).get(key)
     if found is not None:
         return found
     return GpuDefaults(gpu, DEFAULT_EFFICIENCY, "article", "not in data/perfmodel/defaults.csv: the article's factors")
@@ -170,21 +175,28 @@ def _refuse_held_out(problems: Sequence[Problem]) -> None:
 
 def fit_gpu_defaults(
     problems: dict[tuple[str, str], Problem], gpu: str, *, exclude: Sequence[str] = (),
-    unpulled: frozenset[str] = frozenset(),
+    unpulled: frozenset[str] = frozenset(), latency_model: str = "steady-state",
+    rows: Callable[[pd.DataFrame], pd.Series] | None = None,
 ) -> tuple[Efficiency, list[str]]:
     """Factors for ``gpu`` fitted on every problem of its architecture (:func:`architecture_of`) whose model is
     not in ``exclude`` (all GPUs' such problems when the architecture has none), and the models they came from.
     Rows from the held-out folders (:data:`HELD_OUT_CLUSTERS`) are refused. Every factor is pulled towards
     :data:`pdtune.perfmodel.prior.PRIOR` but those in ``unpulled`` (``benchmarks/bench_prior.py`` measures that
-    choice for the hand-set ones)."""
+    choice for the hand-set ones). ``latency_model`` ``"simulated"`` fits through the scheduler simulation;
+    ``rows`` (a mask of a problem's rows) keeps only some rows in the fit."""
     members = architecture_of(gpu)
     mine = [(m, p) for (m, g), p in problems.items() if g in members and m not in exclude]
     if not mine:
         mine = [(m, p) for (m, g), p in problems.items() if m not in exclude]
     if not mine:
         raise InputError("defaults", "models", f"nothing to fit {gpu}'s defaults on")
+    if rows is not None:
+        mine = [(m, replace(p, rows=p.rows[rows(p.rows)])) for m, p in mine]
+        mine = [(m, p) for m, p in mine if len(p.rows)]
+        if not mine:
+            raise InputError("defaults", "rows", f"no row of {gpu}'s architecture is selected to fit on")
     _refuse_held_out([p for _, p in mine])
-    result = fit_efficiency([p for _, p in mine], start=PRIOR, unpulled=unpulled)
+    result = fit_efficiency([p for _, p in mine], start=PRIOR, unpulled=unpulled, latency_model=latency_model)
     return result.efficiency, sorted({m for m, _ in mine})
 
 

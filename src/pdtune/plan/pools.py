@@ -187,7 +187,7 @@ def pool_factors(s: PlanSettings, prefill_gpu: GpuSpec, decode_gpu: GpuSpec) -> 
     out = {}
     for role, gpu in (("prefill", prefill_gpu), ("decode", decode_gpu)):
         if gpu.name not in by_gpu:
-            defaults = gpu_defaults(gpu.name)
+            defaults = gpu_defaults(gpu.name, s.latency_model)
             by_gpu[gpu.name] = Factors(defaults.efficiency, f"{gpu.name} defaults ({defaults.source})")
         out[role] = by_gpu[gpu.name]
     return out
