@@ -80,7 +80,7 @@ def score(dep: Deployment, latency_model: str = STEADY_STATE) -> pd.DataFrame:
                           ttft_ms_p50_error=math.nan, tpot_ms_p50_error=math.nan, latency_model=latency_model)
     sel = select_rows(df, dep.model, dep.gpu)
     gpu = load_gpu(dep.gpu)
-    points = validate_rows(sel.rows, load_model(dep.model), gpu, gpu_defaults(dep.gpu).efficiency,
+    points = validate_rows(sel.rows, load_model(dep.model), gpu, gpu_defaults(dep.gpu, latency_model).efficiency,
                            latency_model=latency_model, harness="inferencex" if latency_model == SIMULATED else None)
     return points.assign(deployment=dep.name)
 

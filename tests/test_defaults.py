@@ -54,3 +54,21 @@ def test_the_note_says_which_factors_the_rows_decide() -> None:
         named = [f for f in gpu_defaults(gpu).note.split("set by the rows: ", 1)[1].split(";")[0].split()
                  if f != "none"]
         assert named == frame.loc[frame["set_by"] == "data", "factor"].tolist(), gpu
+
+
+def test_simulated_predictions_take_the_factors_fitted_through_the_simulation() -> None:
+    """defaults_simulated.csv (fit_defaults.py --simulated): one fit per architecture on the rows
+    pdtune.perfmodel.heldout.sim_fit_rows keeps, counted in the note; GPUs it does not list fall back."""
+    from pdtune.perfmodel.defaults import architecture_of, silicon_file, silicon_problems
+    from pdtune.perfmodel.heldout import sim_fit_rows
+    from pdtune.results import load_results
+
+    problems = silicon_problems(load_results(silicon_file()))
+    for gpu in SILICON_GPUS:
+        sim = gpu_defaults(gpu, "simulated")
+        assert sim.source == "silicon-simulated" and sim.efficiency != gpu_defaults(gpu).efficiency
+        n = sum(int(sim_fit_rows(p.rows).sum()) for (_, g), p in problems.items() if g in architecture_of(gpu))
+        assert f"fitted through pdtune.sim on {n} vLLM aggregated rows" in sim.note
+    assert gpu_defaults("h100", "simulated").efficiency == gpu_defaults("h200", "simulated").efficiency
+    for gpu in ("gb200", "gb300"):
+        assert gpu_defaults(gpu, "simulated") == gpu_defaults(gpu)
