@@ -109,3 +109,22 @@ def test_the_files_are_in_the_data_readme() -> None:
     for name in (lomo_simulated_file().name, SCORED.name):
         assert f"`{name}`" in readme
     assert Path(SCORED).exists() and lomo_simulated_file().exists()
+
+
+def test_a_calibration_started_from_either_silicon_default_marks_those_rows_in_sample(problems) -> None:
+    """pdtune validate (commands.validate.mark_fitted): a calibration that started from, and was pulled towards,
+    the silicon defaults (steady-state ``silicon`` or ``silicon-simulated``) has seen their rows; the article's
+    factors have not."""
+    from pdtune.commands.validate import mark_fitted
+    from pdtune.perfmodel.calibrate import Calibration
+    from pdtune.perfmodel.defaults import gpu_defaults
+
+    rows = problems[("llama-3.1-70b", "h200")].rows.head(4)
+    points = pd.DataFrame({"row": list(rows.index), "predicted": True})
+    marked = {}
+    for start in ("silicon", "silicon-simulated", "article"):
+        cal = Calibration(model="llama-3.1-70b", gpu="h200", efficiency=gpu_defaults("h200").efficiency,
+                          start=start, fitted_measurements=("none of these",))
+        marked[start] = mark_fitted(points, rows, cal, "h200")["start_fitted"].tolist()
+    assert marked["silicon"] == marked["silicon-simulated"] == [True] * 4
+    assert marked["article"] == [False] * 4
