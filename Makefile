@@ -99,12 +99,17 @@ bench: venv
 
 # The scorecard by the scheduler simulation (issue 23): aiconfigurator's silicon rows leave-one-model-out with every
 # row's benchmark run in pdtune.sim (much longer than `make bench`: the simulation of thousands of requests per row),
-# timed, and the held-out InferenceX runs with both latency models, each written as CSV to data/perfmodel/validation/;
+# timed (with the leave-one-model-out factors of the steady-state fit, then with those fitted through the simulation:
+# `python -m pdtune.scorecard --fit-simulated` refits them, about 40 minutes on two cores),
+# and the held-out InferenceX runs with both latency models, each written as CSV to data/perfmodel/validation/;
 # then `pdtune plan --latency-model simulated` on bench_plan.py's case, timed.
 bench-simulated: venv
 	@status=0; \
 	nice $(BIN)/python benchmarks/bench_validate.py --latency-model simulated \
 	  --csv data/perfmodel/validation/heldout_simulated.csv || status=1; \
+	nice $(BIN)/python benchmarks/bench_validate.py --latency-model simulated \
+	  --lomo-factors data/perfmodel/validation/lomo_models_simulated.csv \
+	  --csv data/perfmodel/validation/lomo_simulated.csv || status=1; \
 	nice $(BIN)/python benchmarks/bench_heldout.py --calibrated --csv data/perfmodel/validation/inferencex_heldout.csv || status=1; \
 	$(BIN)/python benchmarks/bench_plan.py --latency-model simulated || status=1; \
 	exit $$status

@@ -128,3 +128,17 @@ def test_a_calibration_started_from_either_silicon_default_marks_those_rows_in_s
         marked[start] = mark_fitted(points, rows, cal, "h200")["start_fitted"].tolist()
     assert marked["silicon"] == marked["silicon-simulated"] == [True] * 4
     assert marked["article"] == [False] * 4
+
+
+def test_chapter_8_reads_the_simulated_scorecard() -> None:
+    """The trust page's sentence on the simulation: its numbers are the file's, worked out here by hand."""
+    from pdtune.chapters.trust import simulated_headline
+
+    table = pd.read_csv(SCORED)
+    got = simulated_headline()
+    assert got["rows"] == got["predicted"] == len(table)
+    ttft = (table["lomo_ttft_ms_p50"] / table["measured_ttft_ms_p50"] - 1).abs() * 100
+    tpot = (table["lomo_tpot_ms_p50"] / table["measured_tpot_ms_p50"] - 1).abs() * 100
+    assert math.isclose(got["ttft-median"], ttft.median(), rel_tol=1e-3)
+    assert math.isclose(got["tpot-median"], tpot.median(), rel_tol=1e-3)
+    assert math.isclose(got["ttft-p90"], ttft.quantile(0.9), rel_tol=2e-2)

@@ -220,6 +220,16 @@ def load_scorecard(path: str | Path | None = None) -> pd.DataFrame:
     return frame
 
 
+def simulated_scorecard_file() -> Path:
+    """Every row leave one model out by the simulation, with factors fitted through it (``lomo_simulated.csv``)."""
+    return scorecard_dir() / "lomo_simulated.csv"
+
+
+def load_simulated_scorecard(path: str | Path | None = None) -> pd.DataFrame:
+    """``lomo_simulated.csv``: its ``lomo_*_error`` columns are ``predicted / measured - 1`` of the simulated means."""
+    return _load(str(path or simulated_scorecard_file())).copy()
+
+
 def lomo_models(path: str | Path | None = None) -> pd.DataFrame:
     return pd.read_csv(path or lomo_file())
 

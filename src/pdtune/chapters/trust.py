@@ -74,6 +74,19 @@ _PCT_NAMES = {f"{m}_{s}": f"{m.split('_')[0]}_{s}_error_pct" for m in METRICS fo
 _PCT_NAMES |= {"tps_per_gpu_median": "tps_per_gpu_median_error_pct"}
 
 
+def simulated_headline() -> dict[str, float]:
+    """The same rows leave one model out by the scheduler simulation, factors fitted through it
+    (:func:`pdtune.scorecard.load_simulated_scorecard`): rows, predicted, median and p90 |error| (%)."""
+    from pdtune.scorecard import load_simulated_scorecard
+
+    frame = load_simulated_scorecard()
+    mine = frame[frame["predicted"]]
+    out: dict[str, float] = {"rows": len(frame), "predicted": len(mine)}
+    for m in METRICS:
+        out[f"{m.split('_')[0]}-median"], out[f"{m.split('_')[0]}-p90"] = _stats(mine[f"lomo_{m}_error"])
+    return out
+
+
 def headline(card: Scorecard) -> dict[str, float]:
     """Overall median and p90 |error| (%), uncalibrated and calibrated, and the row counts."""
     lomo, cal = card.lomo, card.calibrated
