@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nLOMO defaults were fitted on:")
     for (model, gpu), names in sorted(lomo_used.items()):
         print(f"  {model} / {gpu}: {' '.join(names)}")
-    if args.latency_model != STEADY_STATE:
+    if args.latency_model != STEADY_STATE and not args.fit_simulated:
         print(f"\ncalibrated column not scored: {NO_SIMULATED_FIT}")
     print(f"\n{len(failures)} targets missed" + (":" if failures else ""))
     for f in failures:

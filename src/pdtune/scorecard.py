@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="recompute and compare with the shipped file")
     parser.add_argument("--fit-simulated", action="store_true",
                         help=f"fit the leave-one-model-out factors through the scheduler simulation instead and "
-                             f"write only {lomo_simulated_file().name} (about an hour of CPU)")
+                             f"write only {lomo_simulated_file().name} (40 minutes on two cores)")
     parser.add_argument("--jobs", type=int, default=1, help="with --fit-simulated: fits run at once")
     parser.add_argument("--fold", nargs=3, metavar=("MODEL", "GPU", "K"),
                         help="recompute only fold K of MODEL on GPU (seconds) and compare with the shipped rows")

@@ -47,7 +47,8 @@ NO_SIMULATED_FIT = ("the scorecard's folds are not fitted through the simulator 
 #: The rows a leave-one-model-out fit through the simulator is fitted on: those of at most 64 clients and 1,024
 #: output tokens (InferenceX's 1k/1k and 8k/1k points). A row's simulation costs CPU in proportion to its clients
 #: times its output length, and a fit simulates every row up to three times per held-out model: the 8k-output
-#: and 128-2,048-client rows are 80 % of that cost. Every row is still scored.
+#: and 128-2,048-client rows are about 80 % of that cost (the rest took about 390 of the 1,800 CPU-seconds one
+#: simulation of every silicon row takes here). Every row is still scored.
 SIM_FIT_MAX_CONCURRENCY = 64
 SIM_FIT_MAX_OSL = 1024
 
@@ -66,7 +67,7 @@ def lomo_fits_simulated(problems: dict[tuple[str, str], Problem], models: Sequen
                         jobs: int = 1) -> dict[tuple[str, str], tuple[Efficiency, list[str]]]:
     """Leave-one-model-out factors fitted through the scheduler simulation (one fit per architecture and held-out
     model, on :func:`sim_fit_rows` of the other models), per model x GPU with the models each fit used; ``jobs``
-    fits at a time in worker processes. About an hour of CPU for the silicon sample's ten fits."""
+    fits at a time in worker processes. The silicon sample's ten fits took 40 minutes on two cores (2026-12-06)."""
     keys: dict[tuple[str, str], str] = {}  # (architecture, model) -> a GPU of it
     for model, gpu in sorted(problems):
         if model in models:
