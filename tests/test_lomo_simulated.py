@@ -20,9 +20,10 @@ from pdtune.perfmodel import defaults as defaults_module
 from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults, silicon_file, silicon_problems
 from pdtune.perfmodel.heldout import SIM_FIT_MAX_CONCURRENCY, SIM_FIT_MAX_OSL, sim_fit_rows
 from pdtune.results import load_results
-from pdtune.scorecard import MODELS, lomo_factors, lomo_models, lomo_simulated_file, scorecard_dir
+from pdtune.scorecard import (MODELS, lomo_factors, lomo_models, lomo_simulated_file, scorecard_dir,
+                              simulated_scorecard_file)
 
-SCORED = scorecard_dir() / "lomo_simulated.csv"
+SCORED = simulated_scorecard_file()
 
 
 @pytest.fixture(scope="module")

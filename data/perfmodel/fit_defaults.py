@@ -48,7 +48,7 @@ def main_simulated(out: Path = HERE / "defaults_simulated.csv") -> Path:
     """``--simulated``: the same fits run through the scheduler simulation (``latency_model="simulated"``), on the
     rows :func:`pdtune.perfmodel.heldout.sim_fit_rows` keeps (at most 64 clients and 1,024 output tokens: the
     rest cost most of the simulation time), for the simulated predictions (``gpu_defaults(gpu, "simulated")``)."""
-    from pdtune.perfmodel.heldout import sim_fit_rows
+    from pdtune.perfmodel.heldout import SIM_FIT_MAX_CONCURRENCY, SIM_FIT_MAX_OSL, sim_fit_rows
 
     problems = silicon_problems(load_results(silicon_file()))
     rows = []
@@ -61,7 +61,8 @@ def main_simulated(out: Path = HERE / "defaults_simulated.csv") -> Path:
         n = sum(int(sim_fit_rows(p.rows).sum()) for (m, g), p in problems.items() if g in members)
         rows.append(GpuDefaults(gpu, eff, "silicon-simulated",
                                 f"fitted through pdtune.sim on {n} vLLM aggregated rows on {' and '.join(members)} "
-                                f"of {' '.join(models)} (those of at most 64 clients and 1,024 output tokens), "
+                                f"of {' '.join(models)} (those of at most {SIM_FIT_MAX_CONCURRENCY} clients and "
+                                f"{SIM_FIT_MAX_OSL:,} output tokens), "
                                 f"pulled towards the prior (perfmodel.prior)"))
     write_defaults(out, rows, "pdtune's default factors per GPU for simulated predictions; written by "
                               "fit_defaults.py --simulated")

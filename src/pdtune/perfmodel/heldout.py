@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 
@@ -58,8 +59,9 @@ def sim_fit_rows(rows: pd.DataFrame) -> pd.Series:
     return (rows["concurrency"] <= SIM_FIT_MAX_CONCURRENCY) & (rows["osl"] <= SIM_FIT_MAX_OSL)
 
 
-def _lomo_fit_simulated(problems: dict[tuple[str, str], Problem], gpu: str,
-                        model: str) -> tuple[Efficiency, list[str]]:
+def _lomo_fit_simulated(problems: dict[tuple[str, str], Problem],
+                        fold: tuple[tuple[tuple[str, ...], str], str]) -> tuple[Efficiency, list[str]]:
+    (_, model), gpu = fold
     return fit_gpu_defaults(problems, gpu, exclude=[model], latency_model="simulated", rows=sim_fit_rows)
 
 
@@ -68,19 +70,19 @@ def lomo_fits_simulated(problems: dict[tuple[str, str], Problem], models: Sequen
     """Leave-one-model-out factors fitted through the scheduler simulation (one fit per architecture and held-out
     model, on :func:`sim_fit_rows` of the other models), per model x GPU with the models each fit used; ``jobs``
     fits at a time in worker processes. The silicon sample's ten fits took 40 minutes on two cores (2026-12-06)."""
-    keys: dict[tuple[str, str], str] = {}  # (architecture, model) -> a GPU of it
+    keys: dict[tuple[tuple[str, ...], str], str] = {}  # (architecture, model) -> a GPU of it
     for model, gpu in sorted(problems):
         if model in models:
             keys.setdefault((architecture_of(gpu), model), gpu)
+    one = partial(_lomo_fit_simulated, problems)
+    folds = list(keys.items())
     if jobs <= 1:
-        found = {k: _lomo_fit_simulated(problems, gpu, k[1]) for k, gpu in keys.items()}
+        fitted = [one(f) for f in folds]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from pdtune.signals import map_in_workers
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {k: pool.submit(_lomo_fit_simulated, problems, gpu, k[1]) for k, gpu in keys.items()}
-            found = {k: f.result() for k, f in futures.items()}
+        fitted = map_in_workers(one, folds, jobs)
+    found = dict(zip(keys, fitted, strict=True))
     return {(model, gpu): found[(architecture_of(gpu), model)] for model, gpu in sorted(problems) if model in models}
 
 
