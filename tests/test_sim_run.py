@@ -40,8 +40,15 @@ def _check_run(result, pool_blocks: int) -> None:  # type: ignore[no-untyped-def
     for tl in result.timelines.values():
         assert max(tl.kv_used, default=0) <= pool_blocks - 1  # never more blocks than the pool (one is the null block)
     s = result.stats()
+    gaps = any(r.osl > 1 for r in result.records)
     for metric in ("ttft", "tpot", "itl", "e2e"):
-        assert s[f"{metric}_ms_p99"] >= s[f"{metric}_ms_p90"] >= s[f"{metric}_ms_p50"] > 0
+        tails = [s[f"{metric}_ms_{q}"] for q in ("p99", "p90", "p50")]
+        if metric in ("tpot", "itl") and not gaps:
+            # Every measured request had one output token: no inter-token time exists (vllm bench leaves such
+            # requests out of TPOT too), so the tails are NaN, not a number.
+            assert all(np.isnan(tails))
+            continue
+        assert tails[0] >= tails[1] >= tails[2] > 0
 
 
 workloads = st.tuples(st.integers(1, 24), st.integers(16, 1500), st.integers(2, 60), st.sampled_from([0.0, 0.5]),
