@@ -7,6 +7,15 @@ another when it has the same deployment (:func:`pdtune.perfmodel.validation.depl
 concurrency, and the same measured median TTFT and TPOT to :data:`DIGITS` significant digits (the two exports
 of one run differ only beyond the twelfth digit, from printing floats; two distinct runs never agree to six).
 
+A **rounded copy** is a repeat too: the sample's ``kimi-k2.5-gap-analysis.csv`` prints the medians of runs that
+the database dump also holds to two decimals (169.94 ms for 169.940709). Such a row agrees with the full-precision
+row to every decimal it prints (:func:`_within_print`; both medians at the decimals of the one printing more),
+keeping at least :data:`ROUNDED_MIN_DIGITS` significant digits of each, on the same workload, model, GPU, mode and
+precision. It is folded even when its layout label
+differs: one run cannot have been measured on two layouts, and 15 of those copies name TEP4 (4 GPUs) where the
+database row they copy names TP4DP4+EP (16 GPUs). The row kept is the original, with the most digits, so the
+original's label stands; ``kind`` in the listing says which case a folded row was.
+
 :func:`fold_repeats` keeps one row of each such group and lists the others with the id of the row they repeat;
 nothing is dropped silently: callers report the folded rows and their count.
 """
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pandas as pd
@@ -22,8 +32,18 @@ import pandas as pd
 #: Significant digits of TTFT and TPOT at which two rows are the same measurement.
 DIGITS = 6
 
-#: The columns :func:`fold_repeats` lists the folded rows with.
-REPEAT_COLUMNS = ("source_id", "repeat_of", "deployment", "isl", "osl", "concurrency")
+#: Decimals at or below which a row reads as a rounded print (measured floats print ten or more).
+ROUNDED_PLACES = 4
+
+#: Significant digits a rounded copy must still print of each median to be matched by them.
+ROUNDED_MIN_DIGITS = 3
+
+#: The columns :func:`fold_repeats` lists the folded rows with; ``kind`` is :data:`SAME_DIGITS`,
+#: :data:`ROUNDED` or :data:`ROUNDED_OTHER_LAYOUT`.
+REPEAT_COLUMNS = ("source_id", "repeat_of", "deployment", "isl", "osl", "concurrency", "kind")
+SAME_DIGITS = "same to 6 digits"
+ROUNDED = "rounded copy"
+ROUNDED_OTHER_LAYOUT = "rounded copy, another layout label"
 
 
 def _digits(value: Any) -> str:
@@ -36,6 +56,52 @@ def _int_text(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return str(int(value))
+
+
+def decimals(value: float) -> int:
+    """Digits after the point in the shortest text of ``value`` (169.94: 2; 8.36143: 5; 170.0: 0)."""
+    exponent = Decimal(repr(float(value))).normalize().as_tuple().exponent
+    return max(0, -exponent) if isinstance(exponent, int) else 0
+
+
+def _within_print(coarse: float, fine: float, places: int) -> bool:
+    """Whether ``fine`` rounds to ``coarse`` printed with ``places`` decimals, and ``coarse`` so printed keeps at
+    least :data:`ROUNDED_MIN_DIGITS` significant digits (170 ms and 8.4 ms match too much to mean one run)."""
+    if not (math.isfinite(coarse) and math.isfinite(fine)) or coarse <= 0:
+        return False
+    if math.floor(math.log10(coarse)) + 1 + places < ROUNDED_MIN_DIGITS:
+        return False
+    return abs(fine - coarse) <= 0.5 * 10.0 ** -places * (1 + 1e-9)
+
+
+def _places(row: pd.Series | dict[str, Any]) -> int:
+    """The decimals a row prints its medians with: the more of its two (a float drops trailing zeros, so a copy
+    printed to two decimals reads 16.0 for 16.00)."""
+    return max(decimals(float(row.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50"))
+
+
+#: What a rounded copy shares with its original: all but the layout label.
+_SAME = ("model", "gpu", "mode", "precision", "gemm_quant_mode", "moe_quant_mode", "isl", "osl", "concurrency")
+
+
+def rounded_copy(a: pd.Series | dict[str, Any], b: pd.Series | dict[str, Any]) -> bool:
+    """Whether one of two rows prints the other's medians rounded (both TTFT and TPOT, same workload, model, GPU,
+    mode and precision; the layout may differ)."""
+    if any(_text(a.get(k)) != _text(b.get(k)) for k in _SAME):
+        return False
+    pairs = [(float(a.get(m)), float(b.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50")]
+    if any(math.isnan(x) or math.isnan(y) for x, y in pairs):
+        return False
+    places_a, places_b = _places(a), _places(b)
+    if places_a <= places_b:
+        return all(_within_print(x, y, places_a) for x, y in pairs)
+    return all(_within_print(y, x, places_b) for x, y in pairs)
+
+
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def measurement_key(row: pd.Series | dict[str, Any]) -> str:
@@ -68,7 +134,8 @@ def _row_id(rows: pd.DataFrame, index: Any) -> str:
 
 def fold_repeats(rows: pd.DataFrame) -> Folded:
     """One row per measurement. Of a group of repeats the row that records the vLLM version is kept (the
-    prediction uses it), else the first in the table's order."""
+    prediction uses it), then one printed as measured over a rounded one, else the first in the table's order; of
+    a rounded copy and its original, the one printing the most digits (a rounded copy is never the original)."""
     from pdtune.perfmodel.validation import deployment_key
 
     twin = pd.Series([None] * len(rows), index=rows.index, dtype=object)
@@ -77,18 +144,41 @@ def fold_repeats(rows: pd.DataFrame) -> Folded:
     keys = rows.apply(measurement_key, axis=1)
     version = rows["backend_version"] if "backend_version" in rows.columns else pd.Series(None, index=rows.index)
     missing = (version.isna() | (version.astype(str).str.strip() == "")).to_numpy()
-    # Within a group: a recorded version first, then the table's order (the sort is stable).
-    order = sorted(range(len(rows)), key=lambda i: (keys.iloc[i], bool(missing[i]), i))
-    kept_at: dict[str, Any] = {}
+    digits = [sum(decimals(v) for v in (t, p) if isinstance(v, float) and math.isfinite(v))
+              for t, p in zip(rows["ttft_ms_p50"], rows["tpot_ms_p50"], strict=True)]
+    places = [max((decimals(v) for v in (t, p) if isinstance(v, float) and math.isfinite(v)), default=0)
+              for t, p in zip(rows["ttft_ms_p50"], rows["tpot_ms_p50"], strict=True)]
+    # A recorded version first, then a row printed as measured before a rounded one (ROUNDED_PLACES), then the
+    # table's order; matching rounded copies, the most digits before the order.
+    rank = [(bool(missing[i]), places[i] <= ROUNDED_PLACES, i) for i in range(len(rows))]
+    rounded_rank = [(bool(missing[i]), -digits[i], i) for i in range(len(rows))]
     listing = []
-    for i in order:
-        index, key = rows.index[i], keys.iloc[i]
-        if key not in kept_at:
-            kept_at[key] = index
-            continue
-        twin[index] = _row_id(rows, kept_at[key])
+
+    def fold(index: Any, kept: Any, kind: str) -> None:
+        twin[index] = _row_id(rows, kept)
         row = rows.loc[index]
         listing.append({"source_id": _row_id(rows, index), "repeat_of": twin[index],
                         "deployment": deployment_key(row), "isl": row.get("isl"), "osl": row.get("osl"),
-                        "concurrency": row.get("concurrency")})
+                        "concurrency": row.get("concurrency"), "kind": kind})
+
+    # The same digits: within a group, a recorded version first, then the table's order.
+    kept_at: dict[str, Any] = {}
+    for i in sorted(range(len(rows)), key=lambda i: (keys.iloc[i], rank[i])):
+        index, key = rows.index[i], keys.iloc[i]
+        if key not in kept_at:
+            kept_at[key] = index
+        else:
+            fold(index, kept_at[key], SAME_DIGITS)
+    # Rounded copies, among the rows kept so far, the originals (most digits) first.
+    records = rows.to_dict("records")
+    originals: dict[tuple[str, ...], list[int]] = {}
+    for i in sorted((i for i in range(len(rows)) if twin.iloc[i] is None), key=lambda i: rounded_rank[i]):
+        row = records[i]
+        group = originals.setdefault(tuple(_text(row.get(k)) for k in _SAME), [])
+        match = next((k for k in group if rounded_copy(records[k], row)), None)
+        if match is None:
+            group.append(i)
+            continue
+        same_layout = deployment_key(records[match]) == deployment_key(row)
+        fold(rows.index[i], rows.index[match], ROUNDED if same_layout else ROUNDED_OTHER_LAYOUT)
     return Folded(rows[twin.isna().to_numpy()], pd.DataFrame(listing, columns=list(REPEAT_COLUMNS)), twin)
