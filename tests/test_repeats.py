@@ -161,3 +161,11 @@ def test_every_rounded_copy_folds_onto_its_original(runs: list[tuple[float, floa
     folded = fold_repeats(pd.DataFrame(rows))
     assert sorted(folded.rows["source_id"]) == sorted(f"orig{c}" for c in range(1, len(runs) + 1))
     assert dict(zip(folded.repeats["source_id"], folded.repeats["repeat_of"], strict=True)) == expected
+
+
+def test_a_row_without_medians_is_never_a_copy() -> None:
+    # A results file may leave TTFT out (None or NaN): such a row is its own measurement, and the fold does not fail.
+    rows = pd.DataFrame([_row(source_id="a", ttft_ms_p50=None, tpot_ms_p50=8.36),
+                         _row(source_id="b", ttft_ms_p50=float("nan"), tpot_ms_p50=8.36143),
+                         _row(source_id="c", ttft_ms_p50=169.940709, tpot_ms_p50=8.36143)])
+    assert fold_repeats(rows).folded == 0

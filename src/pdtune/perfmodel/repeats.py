@@ -11,10 +11,10 @@ A **rounded copy** is a repeat too: the sample's ``kimi-k2.5-gap-analysis.csv`` 
 the database dump also holds to two decimals (169.94 ms for 169.940709). Such a row agrees with the full-precision
 row to every decimal it prints (:func:`_within_print`; both medians at the decimals of the one printing more),
 keeping at least :data:`ROUNDED_MIN_DIGITS` significant digits of each, on the same workload, model, GPU, mode and
-precision. It is folded even when its layout label
-differs: one run cannot have been measured on two layouts, and 15 of those copies name TEP4 (4 GPUs) where the
-database row they copy names TP4DP4+EP (16 GPUs). The row kept is the original, with the most digits, so the
-original's label stands; ``kind`` in the listing says which case a folded row was.
+precision. It is folded even when its layout label differs: one run cannot have been measured on two layouts, and
+15 of those copies name TEP4 (4 GPUs) where the database row they copy names TP4DP4+EP (16 GPUs). The row kept is
+the original, with the most digits, so the original's label stands; ``kind`` in the listing says which case a
+folded row was.
 
 :func:`fold_repeats` keeps one row of each such group and lists the others with the id of the row they repeat;
 nothing is dropped silently: callers report the folded rows and their count.
@@ -74,10 +74,18 @@ def _within_print(coarse: float, fine: float, places: int) -> bool:
     return abs(fine - coarse) <= 0.5 * 10.0 ** -places * (1 + 1e-9)
 
 
+def _number(value: Any) -> float:
+    """A measured median as a float; NaN when the row has none (None, text)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _places(row: pd.Series | dict[str, Any]) -> int:
     """The decimals a row prints its medians with: the more of its two (a float drops trailing zeros, so a copy
     printed to two decimals reads 16.0 for 16.00)."""
-    return max(decimals(float(row.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50"))
+    return max(decimals(_number(row.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50"))
 
 
 #: What a rounded copy shares with its original: all but the layout label.
@@ -89,7 +97,7 @@ def rounded_copy(a: pd.Series | dict[str, Any], b: pd.Series | dict[str, Any]) -
     mode and precision; the layout may differ)."""
     if any(_text(a.get(k)) != _text(b.get(k)) for k in _SAME):
         return False
-    pairs = [(float(a.get(m)), float(b.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50")]
+    pairs = [(_number(a.get(m)), _number(b.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50")]
     if any(math.isnan(x) or math.isnan(y) for x, y in pairs):
         return False
     places_a, places_b = _places(a), _places(b)
