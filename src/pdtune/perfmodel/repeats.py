@@ -82,10 +82,15 @@ def _number(value: Any) -> float:
         return math.nan
 
 
+def _printed(row: pd.Series | dict[str, Any]) -> tuple[int, int]:
+    """The decimals a row prints its TTFT and TPOT with (0 for a missing one)."""
+    return decimals(_number(row.get("ttft_ms_p50"))), decimals(_number(row.get("tpot_ms_p50")))
+
+
 def _places(row: pd.Series | dict[str, Any]) -> int:
     """The decimals a row prints its medians with: the more of its two (a float drops trailing zeros, so a copy
     printed to two decimals reads 16.0 for 16.00)."""
-    return max(decimals(_number(row.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50"))
+    return max(_printed(row))
 
 
 #: What a rounded copy shares with its original: all but the layout label.
@@ -97,9 +102,8 @@ def rounded_copy(a: pd.Series | dict[str, Any], b: pd.Series | dict[str, Any]) -
     mode and precision; the layout may differ)."""
     if any(_text(a.get(k)) != _text(b.get(k)) for k in _SAME):
         return False
+    # A missing median (NaN) never matches: _within_print wants both finite.
     pairs = [(_number(a.get(m)), _number(b.get(m))) for m in ("ttft_ms_p50", "tpot_ms_p50")]
-    if any(math.isnan(x) or math.isnan(y) for x, y in pairs):
-        return False
     places_a, places_b = _places(a), _places(b)
     if places_a <= places_b:
         return all(_within_print(x, y, places_a) for x, y in pairs)
@@ -152,14 +156,12 @@ def fold_repeats(rows: pd.DataFrame) -> Folded:
     keys = rows.apply(measurement_key, axis=1)
     version = rows["backend_version"] if "backend_version" in rows.columns else pd.Series(None, index=rows.index)
     missing = (version.isna() | (version.astype(str).str.strip() == "")).to_numpy()
-    digits = [sum(decimals(v) for v in (t, p) if isinstance(v, float) and math.isfinite(v))
-              for t, p in zip(rows["ttft_ms_p50"], rows["tpot_ms_p50"], strict=True)]
-    places = [max((decimals(v) for v in (t, p) if isinstance(v, float) and math.isfinite(v)), default=0)
-              for t, p in zip(rows["ttft_ms_p50"], rows["tpot_ms_p50"], strict=True)]
+    records = rows.to_dict("records")
+    printed = [_printed(row) for row in records]
     # A recorded version first, then a row printed as measured before a rounded one (ROUNDED_PLACES), then the
     # table's order; matching rounded copies, the most digits before the order.
-    rank = [(bool(missing[i]), places[i] <= ROUNDED_PLACES, i) for i in range(len(rows))]
-    rounded_rank = [(bool(missing[i]), -digits[i], i) for i in range(len(rows))]
+    rank = [(bool(missing[i]), max(printed[i]) <= ROUNDED_PLACES, i) for i in range(len(rows))]
+    rounded_rank = [(bool(missing[i]), -sum(printed[i]), i) for i in range(len(rows))]
     listing = []
 
     def fold(index: Any, kept: Any, kind: str) -> None:
@@ -178,7 +180,6 @@ def fold_repeats(rows: pd.DataFrame) -> Folded:
         else:
             fold(index, kept_at[key], SAME_DIGITS)
     # Rounded copies, among the rows kept so far, the originals (most digits) first.
-    records = rows.to_dict("records")
     originals: dict[tuple[str, ...], list[int]] = {}
     for i in sorted((i for i in range(len(rows)) if twin.iloc[i] is None), key=lambda i: rounded_rank[i]):
         row = records[i]
