@@ -35,6 +35,7 @@ EXPECTED_TOC = [
     "notebooks/04_concurrency_layouts.md",
     "notebooks/05_prefill.md",
     "notebooks/06_decode.md",
+    "notebooks/06_decode_experts.md",
     "notebooks/07_frontier.md",
     "notebooks/07_frontier_rate.md",
     "notebooks/07_frontier_measured.md",

@@ -37,18 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = ROOT / "data" / "params"
 #: Every page of chapters 5-7 and the (label)= above its title.
-CHAPTERS = {"05_prefill": "prefill", "06_decode": "decode", "07_frontier": "frontier",
+CHAPTERS = {"05_prefill": "prefill", "06_decode": "decode", "06_decode_experts": "decode-experts",
+            "07_frontier": "frontier",
             "07_frontier_rate": "frontier-rate-matching", "07_frontier_measured": "frontier-measured"}
 #: What the page's equation labels and glued keys start with (a section page glues as its chapter).
-PREFIX = {"05_prefill": "prefill", "06_decode": "decode", "07_frontier": "frontier",
+PREFIX = {"05_prefill": "prefill", "06_decode": "decode", "06_decode_experts": "decode", "07_frontier": "frontier",
           "07_frontier_rate": "frontier", "07_frontier_measured": "frontier"}
 #: Labelled equations each page derives (the section pages use the chapter's).
-EQUATIONS = {"05_prefill": 3, "06_decode": 3, "07_frontier": 3, "07_frontier_rate": 0, "07_frontier_measured": 0}
+EQUATIONS = {"05_prefill": 3, "06_decode": 2, "06_decode_experts": 2, "07_frontier": 3, "07_frontier_rate": 0,
+             "07_frontier_measured": 0}
 #: Labels others link to, which must survive any split of a page.
 KEPT_LABELS = {"07_frontier_measured": ("frontier-real-data", "frontier-vllm-measured")}
 #: Equations other chapters cite (chapter 9: rate matching and the SLA pick), kept under their names.
 KEPT_EQUATIONS = {"05_prefill": ("prefill-capacity", "prefill-ceiling", "prefill-littles-law"),
-                  "06_decode": ("decode-experts-touched", "decode-roofline", "decode-kv-room"),
+                  "06_decode": ("decode-roofline", "decode-kv-room"),
+                  "06_decode_experts": ("decode-experts-touched", "decode-busiest-rank"),
                   "07_frontier": ("frontier-rate-match", "frontier-envelope", "frontier-sla")}
 
 #: Numbers these chapters may type besides the article's tables and the structural ones of chapters 1-4:
@@ -60,6 +63,7 @@ EXERCISE_INPUTS = {
     "05_prefill": {"32768", "20"},  # 32k-token prompts; a decode side of 20 requests/s
     "06_decode": {"0.95", "32768", "1024"},  # gpu_memory_utilization 0.95; requests of 32768 + 1024 tokens
     "07_frontier": {"100", "32"},  # an SLA of 100 tokens/s per user; decode engines at 32 requests
+    "06_decode_experts": {"10"},  # the busiest GPU within 10 % of the mean
     "07_frontier_rate": set(),
     "07_frontier_measured": {"100", "1024"},  # an SLA of 100; InferenceX's ISL/OSL 1024/1024
 }
@@ -165,6 +169,7 @@ def test_parameters_are_scenario_fields_with_the_articles_defaults(chapter: str)
     assert len(lines) == len(declared), "papermill cannot read a line (an '=' in a comment?)"
     kinds = {"05_prefill": {"prefill_results", "prefill_topologies", "gpus"},
              "06_decode": {"decode_results", "decode_topologies", "num_speculative_tokens"},
+             "06_decode_experts": {"decode_topologies"},
              "07_frontier": {"disagg_results", "accuracy_threshold", "min_tps_per_user"},
              "07_frontier_rate": {"prefill_results", "decode_results", "disagg_results", "accuracy_threshold",
                                   "prefill_topologies", "decode_topologies"},
@@ -303,6 +308,7 @@ ARTICLE_RUN = {
         "1xTP2DP4+EP : 1xTP4DP4+EP at concurrency 32",
         "2xTP2 : 3xTP4",  # the dense example's pick at 50 tokens/s per user
     ],
+    "06_decode_experts": ["qwen3.8-2.4t on 32 EP GPUs (16 experts each)"],
     "07_frontier_rate": ["Across 7 configurations, rate matching is within 10 %"],
     "07_frontier_measured": ["2xDP4+EP:1xDP16+EP", "kimi-k2.5 on GB200"],
 }
@@ -333,7 +339,13 @@ def test_the_slider_and_the_legend_work_in_the_built_page(built_book: Path) -> N
             slider.evaluate("s => { s.value = 100; s.dispatchEvent(new Event('input', {bubbles: true})); }")
             page.wait_for_function("""() => [...document.querySelectorAll('#pdtune-frontier-sla text')]
                 .some(t => t.textContent.startsWith('≥ 100 tok/s/user'))""", timeout=RENDER_TIMEOUT_MS)
-            assert "→ 1xTEP8 : 1xTEP8+MTP, concurrency 4" in label(page)
+            # the pick the package makes at 100 tok/s/user on the same sweep (the gate keeps all 7 deployments)
+            from pdtune.frontier import sla
+            from pdtune.sweep import load_sweep
+
+            sweep = load_sweep("disagg", [str(ROOT / "data/clusters/gb300-qwen3.8-modeled/disagg")], canonical=True)
+            pick = sla(sweep.frame, 100.0)
+            assert f"→ {pick.deployment}, concurrency {pick.concurrency:.0f}" in label(page)
 
             curves = page.locator("#pdtune-frontier-curves")
             curves.scroll_into_view_if_needed()

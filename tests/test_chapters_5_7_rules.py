@@ -29,6 +29,7 @@ from pdtune.chapters import prefill as ch5
 from pdtune.frontier import best_per_concurrency, rate_match, sla_pick, upper_envelope
 from pdtune.model import load_model
 from pdtune.perfmodel import roofline
+from pdtune.perfmodel.expert_load import busiest_rank, touched
 from pdtune.perfmodel.sweeps import Prediction
 from pdtune.state import plan_state
 from pdtune.sweep import Sweep, label
@@ -38,7 +39,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 #: Every function chapters 5-7 define, by page. A new one must be added here with its test.
 PAGE_FUNCTIONS = {
     "05_prefill": {"prefill_rate", "tokens_per_s_per_gpu", "busy_share", "best_per_concurrency"},
-    "06_decode": {"experts_touched", "kv_room"},
+    "06_decode": {"kv_room"},
+    "06_decode_experts": {"experts_touched", "busiest_rank"},
     "07_frontier": {"rate_match", "upper_envelope", "sla_pick"},
     "07_frontier_rate": set(),
     "07_frontier_measured": set(),
@@ -149,12 +151,27 @@ def test_best_per_concurrency_is_the_packages(points: list[tuple[str, int, float
 @settings(max_examples=80, deadline=None)
 @given(experts=st.integers(1, 1024), top_k=st.integers(1, 16), tokens=st.integers(0, 100_000))
 def test_experts_touched_is_the_rooflines(experts: int, top_k: int, tokens: int) -> None:
-    shown = page_functions("06_decode")["experts_touched"]
+    shown = page_functions("06_decode_experts")["experts_touched"]
     top_k = min(top_k, experts)
     if top_k == experts:  # every token reads every expert: log1p(-1) is -inf in both, guard the page's case
         return
     # pdtune.perfmodel.roofline.experts_touched(spec, [B]) reads E and k from the spec and calls this
-    assert shown(experts, top_k, tokens) == roofline._touched(experts, top_k, tokens)
+    assert shown(experts, top_k, tokens) == touched(experts, top_k, tokens)
+
+
+@settings(max_examples=60, deadline=None)
+@given(per_rank=st.integers(1, 64), ranks=st.sampled_from([1, 2, 4, 8, 16]), top_k=st.integers(1, 16),
+       tokens=st.integers(0, 10_000))
+def test_busiest_rank_is_the_step_costs(per_rank: int, ranks: int, top_k: int, tokens: int) -> None:
+    shown = page_functions("06_decode_experts")["busiest_rank"]
+    experts = per_rank * ranks
+    top_k = min(top_k, experts - 1)
+    if top_k < 1:
+        return
+    # Engine._experts_work charges busiest_rank(E, k, EP tokens, EP) experts' bytes per GPU
+    # (the page sums the binomial terms with math.comb, the package asks scipy's CDF: equal to rounding)
+    assert shown(experts, top_k, tokens, ranks) == pytest.approx(busiest_rank(experts, top_k, tokens, ranks),
+                                                                 rel=1e-9, abs=1e-9)
 
 
 _models = ("llama-3.1-70b", "qwen3-next-80b-a3b", "deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b")

@@ -22,6 +22,7 @@ from pdtune.perfmodel import (
     to_frame,
 )
 from pdtune.perfmodel.costs import pp_partition, stage_layers
+from pdtune.perfmodel.expert_load import busiest_rank
 from pdtune.topology import parse_deployment, parse_topology
 from pdtune.units import GiB
 
@@ -84,14 +85,28 @@ def test_a_layout_that_does_not_fit_is_an_input_error(qwen, gb300) -> None:
 
 
 def test_experts_touched_by_one_token_are_k(qwen, gb300) -> None:
-    e = build_engine(qwen, gb300, parse_topology("TEP8"), isl=1, osl=1000)
+    # Without EP every GPU holds a 1/8 slice of every expert, so it reads the mean: k experts' bytes / 8.
+    e = build_engine(qwen, gb300, parse_topology("TP8"), isl=1, osl=1000)
     c = e.costs
-    one = e._experts_work(1)
-    assert one.bytes == pytest.approx(10 * c.expert_bytes / 8)
+    assert e._experts_work(1).bytes == pytest.approx(10 * c.expert_bytes / 8)
     # Many tokens touch every expert once: E (1 - (1 - k/E)^T) -> E.
     assert e._experts_work(100_000).bytes == pytest.approx(512 * c.expert_bytes / 8)
     touched_64 = 512 * (1 - (1 - 10 / 512) ** 64)
     assert e._experts_work(64).bytes == pytest.approx(touched_64 * c.expert_bytes / 8)
+
+
+def test_expert_parallel_layers_wait_for_the_busiest_rank(qwen, gb300) -> None:
+    # TEP8: 64 whole experts per GPU; the step reads the busiest GPU's touched experts (expert_load.busiest_rank),
+    # more than the mean at few tokens, the same once every expert is touched.
+    e = build_engine(qwen, gb300, parse_topology("TEP8"), isl=1, osl=1000)
+    c = e.costs
+    for tokens in (1, 64):
+        mean = 512 * (1 - (1 - 10 / 512) ** tokens) / 8
+        assert e._experts_work(tokens).bytes == pytest.approx(busiest_rank(512, 10, tokens, 8) * c.expert_bytes)
+        assert e._experts_work(tokens).bytes > 1.1 * mean * c.expert_bytes
+    assert e._experts_work(100_000).bytes == pytest.approx(64 * c.expert_bytes)
+    assert e._experts_work(64).flops == build_engine(qwen, gb300, parse_topology("TP8"), isl=1,
+                                                     osl=1000)._experts_work(64).flops
 
 
 def test_tp_all_reduce_bytes(qwen, gb300) -> None:
@@ -146,7 +161,9 @@ def test_mtp_helps_at_low_concurrency(qwen, gb300) -> None:
     topo = parse_topology("TEP8")
     [plain] = predict_decode(qwen, gb300, topo, [1])
     [mtp] = predict_decode(qwen, gb300, topo, [1], mtp_tokens=3, acceptance=0.25)
-    assert mtp.tpot_ms < 0.8 * plain.tpot_ms
+    # A step keeps 1 + 3 x 0.25 = 1.75 tokens; its 4 tokens touch more experts, and on TEP8 the busiest GPU reads
+    # 8.0 of its 64 against 3.0 for one token (expert_load.busiest_rank), so the step costs ~1.5x: a 15 % gain.
+    assert mtp.tpot_ms < 0.9 * plain.tpot_ms
 
 
 def test_pipeline_bubbles_at_low_concurrency(qwen, gb300) -> None:

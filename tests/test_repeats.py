@@ -145,7 +145,9 @@ def test_the_silicon_sample_repeats_245_of_its_1307_fitted_rows(unfolded: dict) 
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(20.0, 90_000.0).filter(lambda v: decimals(v) >= 5),
+# The TTFT's two-decimal print must not end in 0: a float drops trailing zeros, so "20.50" and "1.00" would read
+# as one decimal, and 1.0 keeps too few digits to match anything (ROUNDED_MIN_DIGITS), by design.
+@given(st.lists(st.tuples(st.floats(20.0, 90_000.0).filter(lambda v: decimals(v) >= 5 and f"{v:.2f}"[-1] != "0"),
                           st.floats(1.0, 900.0).filter(lambda v: decimals(v) >= 5), st.booleans(), st.booleans()),
                 min_size=1, max_size=8))
 def test_every_rounded_copy_folds_onto_its_original(runs: list[tuple[float, float, bool, bool]]) -> None:

@@ -237,6 +237,54 @@ def experts_sentence(spec: Any, touched: Any) -> str:
             f"{tokens_to_touch(spec, 0.5):,} tokens on.")
 
 
+def widest_ep(spec: Any, topologies: Sequence[str]) -> int:
+    """The largest EP group among ``topologies`` that splits the model's experts whole (the most imbalance);
+    without one, the largest of 8, 4 or 2 GPUs that does; 0 for a dense model."""
+    from pdtune.perfmodel.costs import model_costs
+    from pdtune.topology import parse_topology
+
+    e = model_costs(spec).num_experts
+    sizes = [parse_topology(t, "decode topology").ep for t in topologies]
+    fits = [g for g in sizes if 1 < g <= e and e % g == 0] or [g for g in (8, 4, 2) if g <= e and e % g == 0]
+    return max(fits, default=0)
+
+
+def busiest_table(spec: Any, ranks: int, touched: Any, busiest: Any,
+                  tokens: Sequence[int] = (1, 4, 16, 64, 256, 1024)) -> pd.DataFrame:
+    """Per step size: the experts one of ``ranks`` EP GPUs reads on average and on the busiest GPU (the page's
+    functions), and how much more the busiest reads; empty for a dense model."""
+    from pdtune.perfmodel.costs import model_costs
+
+    c = model_costs(spec)
+    columns = ["tokens", "mean_experts", "busiest_experts", "extra_percent"]
+    if not ranks or not c.num_experts:
+        return empty_frame(columns)
+    e, k = c.num_experts, c.experts_per_token
+    rows = []
+    for t in tokens:
+        mean, most = touched(e, k, t) / ranks, busiest(e, k, t, ranks)
+        rows.append({"tokens": int(t), "mean_experts": mean, "busiest_experts": most,
+                     "extra_percent": 100 * (most / mean - 1)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def busiest_sentence(spec: Any, ranks: int, touched: Any, busiest: Any) -> str:
+    """The busiest-rank rule worked for this model on ``ranks`` EP GPUs with the page's functions; a dense model
+    has no experts to split."""
+    table = busiest_table(spec, ranks, touched, busiest, tokens=(4, 64))
+    if table.empty:
+        return f"{spec.name} has no experts to split over GPUs, so every GPU reads the same bytes."
+    from pdtune.perfmodel.costs import model_costs
+
+    c = model_costs(spec)
+    e, k, m = c.num_experts, c.experts_per_token, c.num_experts // ranks
+    parts = [f"at {r.tokens} tokens busiest_rank({e}, {k}, {r.tokens}, {ranks}) = {r.busiest_experts:,.1f} "
+             f"experts against a mean of {r.mean_experts:,.1f} ({r.extra_percent:+.0f} %)"
+             for r in table.itertuples()]
+    each = f"{m} expert{'s' if m > 1 else ''} each"
+    return f"{spec.name} on {ranks} EP GPUs ({each}): {parts[0]}; {parts[1]}."
+
+
 def mtp_text(spec: Any, sweep: Sweep, effect: pd.DataFrame, num_speculative_tokens: int, *,
              article_data: bool) -> str:
     """What the sweep says MTP buys while the KV cache has room and once it has not, or why there is none."""

@@ -23,6 +23,7 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.repeats` — a measurement repeated under another id counted once, in fits and in scores;
 * :mod:`.prior` — where the fit of the defaults starts: each factor's published value and its source;
 * :mod:`.sensitivity` — which fitted factors the data moves, and which the prior's pull holds;
+* :mod:`.expert_load` — the experts a MoE step reads, on average and on the busiest expert-parallel GPU;
 * :mod:`.roofline` — the prefill ceiling, experts touched per decode step, the decode roofline sketch.
 """
 

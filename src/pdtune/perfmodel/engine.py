@@ -49,6 +49,7 @@ from pdtune.memory import Waterfall, graph_tokens, weights_per_gpu
 from pdtune.model import LayerKind, ModelSpec
 from pdtune.paths import article_dir
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.expert_load import busiest_rank
 from pdtune.perfmodel.costs import ModelCosts, model_costs, stage_layers
 from pdtune.perfmodel.network import allreduce_calls, group_bandwidth, scale_out_latency
 from pdtune.precision import expert_kernel
@@ -577,14 +578,14 @@ class Engine:
         return work
 
     def _experts_work(self, ep_tokens: float) -> Work:
-        """One MoE layer: ``k`` experts' FLOPs per token and the bytes of every expert some token touches."""
-        c = self.costs
+        """One MoE layer: ``k`` experts' FLOPs per token; the bytes of the experts some token touches on the busiest
+        EP rank (the all-to-all waits for it: :mod:`pdtune.perfmodel.expert_load`), sliced over ``moe_tp``."""
+        c, topo = self.costs, self.topology
         if ep_tokens <= 0 or c.num_experts == 0:
             return Work({}, 0.0)
-        shards = self.topology.expert_shards
-        touched = c.num_experts * -math.expm1(ep_tokens * math.log1p(-c.experts_per_token / c.num_experts))
-        flops = 2 * c.expert_params * ep_tokens * c.experts_per_token / shards
-        return Work({c.expert_dtype: flops}, touched * c.expert_bytes / shards)
+        flops = 2 * c.expert_params * ep_tokens * c.experts_per_token / topo.expert_shards
+        read = busiest_rank(c.num_experts, c.experts_per_token, float(ep_tokens), topo.ep)
+        return Work({c.expert_dtype: flops}, read * c.expert_bytes / topo.moe_tp)
 
     def _draft_pass_work(self, batch: Batch) -> Work:
         """One MTP draft pass: the MTP layer (and its experts) and the lm_head over one token per sequence."""

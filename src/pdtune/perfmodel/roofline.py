@@ -25,6 +25,7 @@ from pdtune.model import ModelSpec
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
 from pdtune.perfmodel.costs import model_costs
 from pdtune.perfmodel.engine import Batch, EngineConfig, build_engine
+from pdtune.perfmodel.expert_load import touched
 from pdtune.results.schema import empty_frame
 from pdtune.topology import parse_topology
 from pdtune.units import GiB
@@ -95,17 +96,11 @@ def experts_touched(spec: ModelSpec, batch_sizes: Iterable[int]) -> pd.DataFrame
     e, k = c.num_experts, c.experts_per_token
     rows = []
     for b in batch_sizes:
-        touched = _touched(e, k, b)
-        gib = touched * c.expert_bytes * c.num_moe_layers / GiB
-        rows.append({"tokens": int(b), "experts_touched": touched, "share": touched / e,
+        read = touched(e, k, b)
+        gib = read * c.expert_bytes * c.num_moe_layers / GiB
+        rows.append({"tokens": int(b), "experts_touched": read, "share": read / e,
                      "expert_gib_per_step": gib, "expert_mib_per_token": gib * 1024 / b})
     return pd.DataFrame(rows, columns=columns)
-
-
-def _touched(num_experts: int, experts_per_token: int, tokens: float) -> float:
-    """``E (1 - (1 - k/E)^B)``: the experts of one MoE layer a step of ``B`` tokens reads (0 without experts)."""
-    share = math.log1p(-experts_per_token / num_experts) if num_experts else 0.0
-    return num_experts * -math.expm1(tokens * share)
 
 
 def tokens_to_touch(spec: ModelSpec, share: float) -> int | None:
@@ -165,9 +160,9 @@ def decode_roofline(
                 roof = engine.roofline_time(batch)
                 modeled = engine.step_time(batch, DEFAULT_EFFICIENCY).total
                 kept = n * (1 + k * acceptance)
-                touched = _touched(c.num_experts, c.experts_per_token, n * q)
+                read = touched(c.num_experts, c.experts_per_token, n * q)
                 rows.append({"deployment": name + ("+MTP" if k else ""), "requests": int(n),
-                             "tokens_per_step": n * q, "experts_touched": touched, "roofline_ms": roof * 1e3,
+                             "tokens_per_step": n * q, "experts_touched": read, "roofline_ms": roof * 1e3,
                              "modeled_ms": modeled * 1e3, "roofline_tps_per_gpu": kept / roof / layout.gpus,
                              "modeled_tps_per_gpu": kept / modeled / layout.gpus,
                              "fits": n <= engine.capacity})
