@@ -271,11 +271,11 @@ def busiest_table(spec: Any, ranks: int, touched: Any, busiest: Any,
 def busiest_sentence(spec: Any, ranks: int, touched: Any, busiest: Any) -> str:
     """The busiest-rank rule worked for this model on ``ranks`` EP GPUs with the page's functions; a dense model
     has no experts to split."""
+    from pdtune.perfmodel.costs import model_costs
+
     table = busiest_table(spec, ranks, touched, busiest, tokens=(4, 64))
     if table.empty:
         return f"{spec.name} has no experts to split over GPUs, so every GPU reads the same bytes."
-    from pdtune.perfmodel.costs import model_costs
-
     c = model_costs(spec)
     e, k, m = c.num_experts, c.experts_per_token, c.num_experts // ranks
     parts = [f"at {r.tokens} tokens busiest_rank({e}, {k}, {r.tokens}, {ranks}) = {r.busiest_experts:,.1f} "
