@@ -41,7 +41,7 @@ ROUNDED_MIN_DIGITS = 3
 #: The columns :func:`fold_repeats` lists the folded rows with; ``kind`` is :data:`SAME_DIGITS`,
 #: :data:`ROUNDED` or :data:`ROUNDED_OTHER_LAYOUT`.
 REPEAT_COLUMNS = ("source_id", "repeat_of", "deployment", "isl", "osl", "concurrency", "kind")
-SAME_DIGITS = "same to 6 digits"
+SAME_DIGITS = f"same to {DIGITS} digits"
 ROUNDED = "rounded copy"
 ROUNDED_OTHER_LAYOUT = "rounded copy, another layout label"
 
