@@ -234,3 +234,14 @@ def test_upper_envelope_and_sla_pick_are_the_packages(points: list[tuple[float, 
     pick = sla_pick(df, min_tps_per_user=floor)
     mine = shown["sla_pick"](shown["upper_envelope"](points), floor)
     assert mine == ((pick.tps_per_user, pick.tps_per_gpu) if pick.met else None)
+
+
+def test_the_busiest_table_prints_its_expected_counts_with_decimals() -> None:
+    # Expected experts (0.31 per GPU at one token) are not whole counts: a column the page's styler would
+    # take for a count (a name ending in "experts") printed them as 0 and 2.
+    from pdtune.chapters import decode as ch6
+    from pdtune.chapters.display import _is_count
+
+    table = ch6.busiest_table(load_model("qwen3.8-2.4t"), 32, touched, busiest_rank)
+    assert not any(_is_count(c, table[c]) for c in ("experts_mean", "experts_busiest", "extra_percent"))
+    assert table["experts_mean"].iloc[0] == pytest.approx(512 * (1 - (1 - 10 / 512)) / 32)

@@ -256,14 +256,14 @@ def busiest_table(spec: Any, ranks: int, touched: Any, busiest: Any,
     from pdtune.perfmodel.costs import model_costs
 
     c = model_costs(spec)
-    columns = ["tokens", "mean_experts", "busiest_experts", "extra_percent"]
+    columns = ["tokens", "experts_mean", "experts_busiest", "extra_percent"]
     if not ranks or not c.num_experts:
         return empty_frame(columns)
     e, k = c.num_experts, c.experts_per_token
     rows = []
     for t in tokens:
         mean, most = touched(e, k, t) / ranks, busiest(e, k, t, ranks)
-        rows.append({"tokens": int(t), "mean_experts": mean, "busiest_experts": most,
+        rows.append({"tokens": int(t), "experts_mean": mean, "experts_busiest": most,
                      "extra_percent": 100 * (most / mean - 1)})
     return pd.DataFrame(rows, columns=columns)
 
@@ -278,8 +278,8 @@ def busiest_sentence(spec: Any, ranks: int, touched: Any, busiest: Any) -> str:
         return f"{spec.name} has no experts to split over GPUs, so every GPU reads the same bytes."
     c = model_costs(spec)
     e, k, m = c.num_experts, c.experts_per_token, c.num_experts // ranks
-    parts = [f"at {r.tokens} tokens busiest_rank({e}, {k}, {r.tokens}, {ranks}) = {r.busiest_experts:,.1f} "
-             f"experts against a mean of {r.mean_experts:,.1f} ({r.extra_percent:+.0f} %)"
+    parts = [f"at {r.tokens} tokens busiest_rank({e}, {k}, {r.tokens}, {ranks}) = {r.experts_busiest:,.1f} "
+             f"experts against a mean of {r.experts_mean:,.1f} ({r.extra_percent:+.0f} %)"
              for r in table.itertuples()]
     each = f"{m} expert{'s' if m > 1 else ''} each"
     return f"{spec.name} on {ranks} EP GPUs ({each}): {parts[0]}; {parts[1]}."

@@ -46,7 +46,7 @@ HEADERS: dict[str, str] = {
     "own_block_tokens": "own block", "block_size_to_set": "--block-size to set",
     "mib_per_request_rank_own": "MiB per request, own block", "mib_per_request_rank_set": "MiB per request, set block",
     "extra_pct": "extra (%)", "expert_shards": "expert shards",
-    "mean_experts": "experts per GPU, mean", "busiest_experts": "experts, busiest GPU",
+    "experts_mean": "experts per GPU, mean", "experts_busiest": "experts, busiest GPU",
     "extra_percent": "busiest over mean (%)",
     "kv_cache_gib": "KV cache (GiB)", "weights_gib": "weights (GiB)", "minus_gib": "minus (GiB)",
     "published_kv_cache_gib": "KV cache, published (GiB)", "kv_cache_prose_gib": "KV cache, the prose's way (GiB)",
