@@ -16,11 +16,10 @@ import ast
 import math
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import jupytext
 import pandas as pd
+import pagecode
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,8 +32,6 @@ from pdtune.perfmodel.expert_load import busiest_rank, touched
 from pdtune.perfmodel.sweeps import Prediction
 from pdtune.state import plan_state
 from pdtune.sweep import Sweep, label
-
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 #: Every function chapters 5-7 define, by page. A new one must be added here with its test.
 PAGE_FUNCTIONS = {
@@ -49,23 +46,8 @@ PAGE_FUNCTIONS = {
 
 @cache
 def page_functions(page: str) -> dict[str, Callable[..., Any]]:
-    """Every top-level function of ``notebooks/<page>.md``, each built from its own cell's imports and defs."""
-    found: dict[str, Callable[..., Any]] = {}
-    for cell in jupytext.read(NOTEBOOKS / f"{page}.md").cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-        if not defs:
-            continue
-        namespace: dict[str, Any] = {}
-        exec(compile(ast.Module(body=[*imports, *defs], type_ignores=[]), page, "exec"), namespace)  # noqa: S102
-        found.update({d.name: namespace[d.name] for d in defs})
-    return found
+    """Every top-level function of ``notebooks/<page>.md`` (:func:`pagecode.page_functions`), read once."""
+    return pagecode.page_functions(page)
 
 
 @pytest.mark.parametrize("page", PAGE_FUNCTIONS)
@@ -75,9 +57,9 @@ def test_every_function_of_the_pages_is_listed(page: str) -> None:
 
 def test_page_rules_use_only_the_standard_library() -> None:
     for page in PAGE_FUNCTIONS:
-        for cell in jupytext.read(NOTEBOOKS / f"{page}.md").cells:
-            if cell.cell_type == "code" and "\ndef " in "\n" + cell.source:
-                for node in ast.parse(cell.source).body:
+        for source in pagecode.code_cells(page):
+            if "\ndef " in "\n" + source:
+                for node in ast.parse(source).body:
                     if isinstance(node, (ast.Import, ast.ImportFrom)):
                         module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
                         assert module in {"math"}, (page, module)
