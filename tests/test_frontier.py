@@ -148,8 +148,8 @@ def test_deployment_labels():
         "1xTP4DP2+EP : 1xTP4DP4+EP+MTP",
         "TEP8+MTP",
         "TP16+EP",
-        "2x4 GPUs : 1x16 GPUs",
-        "12 GPUs : 1x32 GPUs",
+        "2x4 prefill GPUs : 1x16 decode GPUs",
+        "12 prefill GPUs : 1x32 decode GPUs",
         "TEP8 : TEP8",
     ]
 

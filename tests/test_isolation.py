@@ -423,8 +423,8 @@ def test_inferencex_rows_get_the_decode_layout_their_file_records() -> None:
     f = real.sweep.frame
     assert len(f) == len(read_points()) == 9 and not real.sweep.modeled
     by_c = f.set_index("concurrency")
-    assert by_c.loc[180, "deployment"] == "4 GPUs : 1xDP32+EP"  # DP attention, EP 32
-    assert by_c.loc[4, "deployment"] == by_c.loc[48, "deployment"] == "4 GPUs : 4xTEP8"
+    assert by_c.loc[180, "deployment"] == "4 prefill GPUs : 1xDP32+EP"  # DP attention, EP 32
+    assert by_c.loc[4, "deployment"] == by_c.loc[48, "deployment"] == "4 prefill GPUs : 4xTEP8"
     assert by_c.loc[16130, "decode_topology"] == "DP4+EP" and by_c.loc[16130, "n_decode_workers"] == 5
     assert real.brute_force_ok and len(real.envelope) == 9
     assert np.isfinite(real.check[["tps_per_gpu_error", "tps_per_user_error"]].to_numpy()).all()

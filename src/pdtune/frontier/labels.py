@@ -23,7 +23,7 @@ def deployment_label(df: pd.DataFrame) -> pd.Series:
     ``"{n_prefill_workers}x{prefill_topology} : {n_decode_workers}x{decode_topology}"``, e.g.
     ``3xTP2DP4+EP : 1xTEP8``; other rows: ``topology``. ``+MTP`` is appended when ``mtp_tokens > 0``
     (speculative decoding belongs to the decode side, so it ends the label). A role whose topology is
-    missing is named by its GPU count (``8 GPUs``); a row with neither raises :class:`InputError`.
+    missing is named by its GPU count (``8 GPUs``; ``8 prefill GPUs`` on one side of a disaggregated label); a row with neither raises :class:`InputError`.
     """
     labels = [_row_label(row, i, df) for i, row in enumerate(df.to_dict("records"))]
     return pd.Series(labels, index=df.index, name="deployment", dtype=object)
@@ -37,8 +37,8 @@ def _row_label(row: dict[str, Any], i: int, df: pd.DataFrame) -> str:
         is_present(row.get("prefill_topology")) and is_present(row.get("decode_topology")))
     if not disagg:
         return _role(row, "topology", "gpus_total", None, i, df) + suffix
-    prefill = _role(row, "prefill_topology", "gpus_prefill", "n_prefill_workers", i, df)
-    decode = _role(row, "decode_topology", "gpus_decode", "n_decode_workers", i, df)
+    prefill = _role(row, "prefill_topology", "gpus_prefill", "n_prefill_workers", i, df, "prefill ")
+    decode = _role(row, "decode_topology", "gpus_decode", "n_decode_workers", i, df, "decode ")
     return f"{prefill} : {decode}{suffix}"
 
 
@@ -48,9 +48,10 @@ def disagg_label(n_prefill: int, prefill: str, n_decode: int, decode: str, suffi
 
 
 def _role(row: dict[str, Any], topo_key: str, gpus_key: str, workers_key: str | None, i: int,
-          df: pd.DataFrame) -> str:
-    """One side of a label: ``3xTP2DP4+EP``; without a topology, GPUs per worker (``2x8 GPUs``) or, when
-    the workers are unknown, the side's GPUs (``16 GPUs``)."""
+          df: pd.DataFrame, role: str = "") -> str:
+    """One side of a label: ``3xTP2DP4+EP``; without a topology, GPUs per worker (``2x8 prefill GPUs``) or,
+    when the workers are unknown, the side's GPUs (``16 prefill GPUs``; the role named, since a bare count beside
+    the other side's topology does not say which side it is)."""
     workers = as_number(row.get(workers_key)) if workers_key else None
     topo = row.get(topo_key)
     if is_present(topo) and str(topo).strip():
@@ -60,8 +61,8 @@ def _role(row: dict[str, Any], topo_key: str, gpus_key: str, workers_key: str | 
     if gpus is None or gpus <= 0:
         raise InputError(row_source(df, i), topo_key, "cannot label the deployment: no topology and no GPU count")
     if workers is not None and workers > 0 and gpus % workers == 0:
-        return f"{int(workers)}x{int(gpus // workers)} GPUs"
-    return f"{int(gpus)} GPUs"
+        return f"{int(workers)}x{int(gpus // workers)} {role}GPUs"
+    return f"{int(gpus)} {role}GPUs"
 
 
 def is_present(value: Any) -> bool:
