@@ -41,6 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from pdtune.perfmodel.defaults import silicon_file, silicon_problems, silicon_repeats
+from pdtune.perfmodel.replicates import replicate_table
 from pdtune.perfmodel.heldout import NO_SIMULATED_FIT, heldout_rows, heldout_summary, heldout_table
 from pdtune.perfmodel.simulated import LATENCY_MODELS, SIMULATED, STEADY_STATE
 from pdtune.perfmodel.validation import error_percentiles
@@ -183,6 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(folded)} rows repeat another row's measurement under another id, counted once:")
     for (model, gpu), n in folded.groupby(["model_key", "gpu_name"]).size().items():
         print(f"  {model} / {gpu}: {n}")
+    floor = replicate_table(table, predictions=("lomo", "calibrated"))
+    print("\nDistinct runs of one point, each predicted by the median of the others (pdtune.perfmodel.replicates: the "
+          "floor under any prediction's error), beside pdtune on the same rows; |error| in %")
+    print(f"{'same point =':<28} {'rows':>5} {'points':>6}   runs apart: TTFT med  p90  TPOT med  p90   "
+          "pdtune LOMO: TTFT med  p90  TPOT med  p90")
+    for _, r in floor.iterrows():
+        print(f"{r['level']:<28} {r['rows']:>5} {r['points']:>6}   {'':>12}{_f(r['ttft_replicate_median'])} "
+              f"{_f(r['ttft_replicate_p90'])}  {_f(r['tpot_replicate_median'])} {_f(r['tpot_replicate_p90'])}   "
+              f"{'':>13}{_f(r['ttft_lomo_median'])} {_f(r['ttft_lomo_p90'])}  {_f(r['tpot_lomo_median'])} "
+              f"{_f(r['tpot_lomo_p90'])}")
     print("\nLOMO defaults were fitted on:")
     for (model, gpu), names in sorted(lomo_used.items()):
         print(f"  {model} / {gpu}: {' '.join(names)}")

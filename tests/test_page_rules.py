@@ -33,6 +33,7 @@ from pdtune.memory import (Waterfall, capture_sizes, cudagraph_estimate, cudagra
                            weights_per_gpu)
 from pdtune.model import ModelSpec, load_model
 from pdtune.perfmodel.heldout import fold_of
+from pdtune.perfmodel.replicates import replicate_error
 from pdtune.paramcount import count_parameters, weight_bytes
 from pdtune.model.load import spec_from_config
 from pdtune.state import plan_state
@@ -311,6 +312,11 @@ RULES: list[PageRule] = [
     # chapter 8: the regimes (notebooks/08_trust_regimes.md) and the held-out folds (08_trust_calibration.md)
     PageRule("08_trust_regimes", "concurrency_band", st.fixed_dictionaries({"c": st.integers(1, 100_000)}),
              lambda f, c: f(c["c"]), lambda c: ch8.concurrency_band(c["c"])),
+    # two runs of one point (08_trust_regimes.md): each run against the median of the others
+    PageRule("08_trust_regimes", "replicate_error",
+             st.fixed_dictionaries({"run": st.floats(1.0, 1e5),
+                                    "others": st.lists(st.floats(1.0, 1e5), min_size=1, max_size=8)}),
+             lambda f, c: f(c["run"], c["others"]), lambda c: replicate_error(c["run"], c["others"])),
     PageRule("08_trust_calibration", "fold_of",
              st.fixed_dictionaries({"key": st.text(max_size=80), "folds": st.integers(1, 8)}),
              lambda f, c: f(c["key"], c["folds"]),

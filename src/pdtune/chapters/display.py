@@ -99,6 +99,10 @@ HEADERS: dict[str, str] = {
     "logged_max_concurrency": "concurrency, logged", "predicted_max_concurrency": "concurrency, pdtune",
     "available_kv_cache_gib": "KV cache, logged (GiB)", "tps_per_gpu_error": "error, tokens/s per GPU",
     "tps_per_user_error": "error, tokens/s per user", "accuracy": "accuracy", "points": "points",
+    "same_point": "runs of the same", "runs_apart_median_pct": "runs apart, median (%)",
+    "runs_apart_p90_pct": "runs apart, p90 (%)", "uncalibrated_median_pct": "uncalibrated, median (%)",
+    "uncalibrated_p90_pct": "uncalibrated, p90 (%)", "calibrated_median_pct": "calibrated, median (%)",
+    "calibrated_p90_pct": "calibrated, p90 (%)",
 }
 
 _UNITS = (("_gib", " (GiB)"), ("_mib", " (MiB)"), ("_pct", " (%)"), ("_ms", " (ms)"), ("_bytes", " (B)"))

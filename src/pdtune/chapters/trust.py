@@ -19,6 +19,7 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.perfmodel.heldout import heldout_summary
+from pdtune.perfmodel.replicates import LEVELS, replicate_table
 from pdtune.perfmodel.validation import error_percentiles, error_table, model_key
 from pdtune.scorecard import COMMAND, load_scorecard, lomo_models, repeats, scored, with_peer
 
@@ -527,3 +528,68 @@ def peer_source() -> str:
 
 def source_sentence() -> str:
     return f"the scorecard in `data/perfmodel/validation/heldout.csv`, written by `{COMMAND}`"
+
+
+# ------------------------------------------------------------------------------------------ runs of one point
+
+
+def replicate_view(card: Scorecard, metric: str) -> pd.DataFrame:
+    """:func:`pdtune.perfmodel.replicates.replicate_table` for ``metric`` (``ttft`` or ``tpot``) as the page shows
+    it: what counts as one point, its rows and points, how far apart its runs are (each run against the median of
+    the others; median and p90, %), and pdtune's uncalibrated and calibrated |error| on the same rows."""
+    table = replicate_table(card.rows, predictions=("lomo", "calibrated"))
+    names = {"level": "same_point", "rows": "rows", "points": "points",
+             f"{metric}_replicate_median": "runs_apart_median_pct", f"{metric}_replicate_p90": "runs_apart_p90_pct",
+             f"{metric}_lomo_median": "uncalibrated_median_pct", f"{metric}_lomo_p90": "uncalibrated_p90_pct",
+             f"{metric}_calibrated_median": "calibrated_median_pct", f"{metric}_calibrated_p90": "calibrated_p90_pct"}
+    return table[list(names)].rename(columns=names)
+
+
+def replicate_counts(card: Scorecard) -> dict[str, int]:
+    """Rows with another run of their deployment's point, and how many of them the calibrated fit left unpredicted."""
+    table = replicate_table(card.rows, predictions=("calibrated",)).set_index("level")
+    rows = int(table.loc["deployment", "rows"])
+    return {"rows": rows, "uncalibrated": rows - int(table.loc["deployment", "calibrated_rows"])}
+
+
+def replicate_example(card: Scorecard) -> dict[str, Any]:
+    """The deployment point measured most often (ties: the widest TTFT spread): its label, its runs' TTFT (ms) and
+    vLLM versions, oldest version first, for the page's worked number."""
+    keys = list(LEVELS["deployment"])
+    rows = card.rows.dropna(subset=["measured_ttft_ms_p50"])
+    groups = rows.groupby(keys)["measured_ttft_ms_p50"]
+    rank = pd.DataFrame({"runs": groups.size(), "spread": groups.max() / groups.min()})
+    point = rank.sort_values(["runs", "spread"], ascending=False).index[0]
+    runs = rows.set_index(keys).loc[point].sort_values(["vllm", "measured_ttft_ms_p50"])
+    deployment, isl, osl, concurrency = point
+    parts = [p.strip() for p in str(deployment).split("|")]
+    return {"label": f"{shown_name(parts[0])} {parts[4]} on {parts[3]} of {parts[1].upper()}", "isl": int(isl),
+            "osl": int(osl), "concurrency": int(concurrency),
+            "ttft_ms": runs["measured_ttft_ms_p50"].tolist(), "vllm": runs["vllm"].astype(str).tolist()}
+
+
+def replicate_sentence(example: dict[str, Any]) -> str:
+    """The worked runs in words: each vLLM version's TTFTs, and the first and last run against the others."""
+    from pdtune.perfmodel.replicates import replicate_error
+
+    ttft, versions = example["ttft_ms"], example["vllm"]
+    by_version: dict[str, list[float]] = {}
+    for value, version in zip(ttft, versions, strict=True):
+        by_version.setdefault(version, []).append(value)
+    parts = []
+    for version, values in by_version.items():
+        lo, hi = min(values), max(values)
+        span = f"{lo:,.0f} ms" if round(lo) == round(hi) else f"{lo:,.0f}-{hi:,.0f} ms"
+        parts.append(f"{span} on vLLM {version}" if len(values) == 1 else f"{span} over {len(values)} runs on vLLM "
+                     f"{version}")
+    first = replicate_error(ttft[0], ttft[1:]) * 100
+    last = replicate_error(ttft[-1], ttft[:-1]) * 100
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+    return (f"{example['label']} at {example['isl']:,}/{example['osl']:,} and {example['concurrency']:,} concurrent "
+            f"requests was measured {len(ttft)} times: a median TTFT of {listed}. Predicted by the median of the "
+            f"other runs, the first run (vLLM {versions[0]}, {ttft[0]:,.0f} ms) is {_pct_text(first)} off and the "
+            f"last (vLLM {versions[-1]}, {ttft[-1]:,.0f} ms) {_pct_text(last)}.")
+
+
+def _pct_text(x: float) -> str:
+    return f"{x:,.0f} %" if x >= 10 else f"{x:.1f} %"
