@@ -41,10 +41,11 @@ from pathlib import Path
 import pandas as pd
 
 from pdtune.perfmodel.defaults import silicon_file, silicon_problems, silicon_repeats
-from pdtune.perfmodel.replicates import replicate_table
+from pdtune.perfmodel.fit import Problem
 from pdtune.perfmodel.heldout import NO_SIMULATED_FIT, heldout_rows, heldout_summary, heldout_table
+from pdtune.perfmodel.replicates import replicate_table
 from pdtune.perfmodel.simulated import LATENCY_MODELS, SIMULATED, STEADY_STATE
-from pdtune.perfmodel.validation import error_percentiles
+from pdtune.perfmodel.validation import deployment_key, error_percentiles
 from pdtune.results import load_results
 from pdtune.scorecard import MODELS, lomo_factors, lomo_models
 
@@ -69,24 +70,52 @@ def _simulate_group(problem, model: str, gpu: str, folds: int, fit: bool,
     return frame, time.process_time() - c0
 
 
+def _jobs(problems: dict, keys: list, fit: bool) -> list[tuple[tuple[str, str], object, float]]:
+    """The worker jobs, most work first (longest first: the last to end is a short one): a whole group when its
+    folds are calibrated through the simulator (a fold fits on the others), else one deployment of a group (its
+    leave-one-model-out rows need nothing but their own factors). Work is what each row simulates: clients x OSL."""
+    jobs = []
+    for key in keys:
+        problem = problems[key]
+        rows = problem.rows
+        work = (rows["concurrency"] * rows["osl"]).astype(float)
+        if fit:
+            jobs.append((key, problem, float(work.sum())))
+            continue
+        for _, index in rows.groupby(rows.apply(deployment_key, axis=1), sort=False).groups.items():
+            jobs.append((key, Problem(problem.spec, problem.gpu, rows.loc[index]), float(work.loc[index].sum())))
+    return sorted(jobs, key=lambda j: -j[2])
+
+
 def simulated_lomo(problems: dict, folds: int, csv: str | None, *, fit: bool = False,
                    only: list[str] | None = None, jobs: int = 1,
                    factors: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Every model x GPU's rows simulated with the shipped leave-one-model-out factors (``lomo_models.csv``, the
     factors the scorecard's fits found, or those of the file ``factors`` names: ``lomo_models_simulated.csv`` holds
-    the fits through the simulator; not refitted here), ``jobs`` groups at a time in worker processes (the
-    largest first, so the last to end is a small one), each printed with its time as it ends and the table so far
-    written to ``csv`` in the groups' order (fewest requests first)."""
+    the fits through the simulator; not refitted here), in ``jobs`` worker processes, a deployment per job (a whole
+    group with ``fit``), most work first; each group printed with its time when its last job ends and the table so
+    far written to ``csv`` in the groups' order (fewest requests first), each group's rows in their order."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     keys = sorted((k for k in problems if k[0] in MODELS and (only is None or f"{k[0]}/{k[1]}" in only)),
                   key=lambda k: float((problems[k].rows["concurrency"] * problems[k].rows["osl"]).sum()))
     used = {k: str(lomo_models(factors).set_index(["model_key", "gpu_name"]).loc[k, "fitted_on"]).split() for k in keys}
+    work = _jobs(problems, keys, fit)
+    left = {k: sum(1 for j in work if j[0] == k) for k in keys}
+    parts: dict[tuple[str, str], list[pd.DataFrame]] = {k: [] for k in keys}
+    cpu: dict[tuple[str, str], float] = dict.fromkeys(keys, 0.0)
     done: dict[tuple[str, str], pd.DataFrame] = {}
     t0 = time.perf_counter()
 
-    def report(key: tuple[str, str], frame: pd.DataFrame, cpu: float) -> None:
+    def report(key: tuple[str, str], frame: pd.DataFrame, seconds: float) -> None:
+        parts[key].append(frame)
+        cpu[key] += seconds
+        left[key] -= 1
+        if left[key]:
+            return
+        order = problems[key].rows.index
+        frame = pd.concat(parts[key], ignore_index=True).set_index("row").loc[order].reset_index()
         done[key] = frame
         (tm, _), (pm, _) = error_percentiles(frame["lomo_ttft_ms_p50_error"]), error_percentiles(frame["lomo_tpot_ms_p50_error"])
         if fit:
@@ -94,16 +123,17 @@ def simulated_lomo(problems: dict, folds: int, csv: str | None, *, fit: bool = F
                                 error_percentiles(frame["calibrated_tpot_ms_p50_error"]))
             print(f"  calibrated through the simulation {key[0]}/{key[1]}: TTFT {_f(ct)} %, TPOT {_f(cp)} %", flush=True)
         print(f"  simulated {key[0]}/{key[1]}: {len(frame)} rows, TTFT {_f(tm)} %, TPOT {_f(pm)} %, "
-              f"{cpu:.0f} s CPU, ended at {time.perf_counter() - t0:.0f} s wall", flush=True)
+              f"{cpu[key]:.0f} s CPU, ended at {time.perf_counter() - t0:.0f} s wall", flush=True)
         if csv:
             _write_csv(pd.concat([done[k] for k in keys if k in done], ignore_index=True), csv)
 
     if jobs <= 1:
-        for key in keys:
-            report(key, *_simulate_group(problems[key], *key, folds, fit, factors))
+        for key, problem, _ in work:
+            report(key, *_simulate_group(problem, *key, folds, fit, factors))
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_simulate_group, problems[key], *key, folds, fit, factors): key for key in reversed(keys)}
+            futures = {pool.submit(_simulate_group, problem, *key, folds, fit, factors): key
+                       for key, problem, _ in work}
             for future in as_completed(futures):
                 report(futures[future], *future.result())
     return pd.concat([done[k] for k in keys], ignore_index=True), used
@@ -186,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {model} / {gpu}: {n}")
     floor = replicate_table(table, predictions=("lomo", "calibrated"))
     print("\nDistinct runs of one point, each predicted by the median of the others (pdtune.perfmodel.replicates: the "
-          "floor under any prediction's error), beside pdtune on the same rows; |error| in %")
+          "data's own spread), beside pdtune on the same rows; |error| in %")
     print(f"{'same point =':<28} {'rows':>5} {'points':>6}   runs apart: TTFT med  p90  TPOT med  p90   "
           "pdtune LOMO: TTFT med  p90  TPOT med  p90")
     for _, r in floor.iterrows():
