@@ -21,8 +21,9 @@ part of pdtune was fitted on are scored by the sibling ``bench_heldout.py``.
 (sa-bench's clients as InferenceX runs its grid, compared by their means: an assumption, the file records no
 harness; pdtune.perfmodel.simulated.SILICON_HARNESS names the sources) with the
 shipped leave-one-model-out factors (``data/perfmodel/validation/lomo_models.csv``, not refitted; ``--lomo-factors
-lomo_models_simulated.csv`` takes those fitted through the simulation, ``python -m pdtune.scorecard --fit-simulated``), group by group,
-cheapest first, each timed as it ends (issue 23: ``validate`` over every silicon row <= 3 min); the calibrated
+lomo_models_simulated.csv`` takes those fitted through the simulation, ``python -m pdtune.scorecard --fit-simulated``), a
+deployment per worker job, most work first, each model x GPU timed as its last job ends (issue 23: ``validate`` over
+every silicon row <= 3 min); the calibrated
 column stays empty (the folds are not fitted through the simulator here), so only the uncalibrated targets are
 checked.
 ``--csv OUT`` writes the per-row table as CSV (data/perfmodel/validation/heldout_simulated.csv is made so).
