@@ -215,16 +215,20 @@ def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], setti
                    tpot_p90: TpotP90, measured: int, cache: dict) -> pd.DataFrame:
     out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
     records = rows.to_dict("records")
-    work = sum((sim_rounds(c, measured) + 1) * c * settings.osl
-               for c in (int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"]) for r in records))
+    each = [(sim_rounds(c, measured) + 1) * c * settings.osl
+            for c in (int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"]) for r in records)]
     one = partial(_simulate_one, spec=spec, gpus=gpus, settings=settings, factors=factors, measured=measured)
-    jobs = sim_jobs(len(records), work)
+    jobs = sim_jobs(len(records), sum(each))
     if jobs == 1:
         stats = [one(r, cache=cache) for r in records]
     else:
         from pdtune.signals import map_in_workers
 
-        stats = map_in_workers(one, records, jobs)
+        # Most request-tokens first, so that the last row a worker takes is a short one; the answers go back to
+        # the rows' order (each row's simulation is seeded: where it ran changes nothing).
+        order = sorted(range(len(records)), key=lambda i: -each[i])
+        done = map_in_workers(one, [records[i] for i in order], jobs)
+        stats = [done[order.index(i)] for i in range(len(records))]
     values = {k: [st[k] for st in stats] for k in _SIM_KEYS}
     v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
     ttft = v["ttft_ms_p50"]
