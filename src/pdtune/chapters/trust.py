@@ -549,7 +549,7 @@ def replicate_counts(card: Scorecard) -> dict[str, int]:
     """Rows with another run of their deployment's point, and how many of them the calibrated fit left unpredicted."""
     table = replicate_table(card.rows, predictions=("calibrated",)).set_index("level")
     rows = int(table.loc["deployment", "rows"])
-    return {"rows": rows, "uncalibrated": rows - int(table.loc["deployment", "calibrated_rows"])}
+    return {"rows": rows, "not_calibrated": rows - int(table.loc["deployment", "calibrated_rows"])}
 
 
 def replicate_example(card: Scorecard) -> dict[str, Any]:
