@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,29 @@ def test_validate_marks_the_rows_the_defaults_were_fitted_on(capsys: pytest.Capt
     assert main(["validate", str(SILICON), "--model", "gpt-oss-120b", "--gpu", "h200"]) == 0
     text = capsys.readouterr().out
     assert "in-sample: 60 of 60 predicted measurements (100 %)" in text and "counted once" in text
+
+
+def test_validate_reports_how_far_apart_runs_of_one_point_are(capsys: pytest.CaptureFixture[str]) -> None:
+    # MiniMax-M2.5 on B200 was measured more than once at many points (pdtune.perfmodel.replicates): every
+    # distinct run with another run of its deployment, ISL, OSL and concurrency is counted, a repeat of another
+    # row's measurement is not a run, and none is scored here (the B200 defaults were fitted on them all).
+    out = _json(capsys, ["validate", str(SILICON), "--model", "minimax-m2.5", "--gpu", "b200", "--json"])
+    runs = [r for r in out["fitted_on"] if r["repeat_of"] is None]
+    points = Counter((r["deployment"], r["isl"], r["osl"], r["concurrency"]) for r in runs)
+    by_level = {r["level"]: r for r in out["replicates"]}
+    assert set(by_level) == {"deployment", "deployment and vLLM version"}
+    deployment = by_level["deployment"]
+    assert deployment["rows"] == sum(n for n in points.values() if n > 1) > 0
+    assert deployment["points"] == sum(1 for n in points.values() if n > 1)
+    assert deployment["predicted_rows"] == 0 and deployment["ttft_predicted_median"] is None
+    assert 0 < by_level["deployment and vLLM version"]["rows"] <= deployment["rows"]
+    # fp8 TP2 at 8,192/1,024 and 64 clients: 3,384 ms on vLLM 0.17.0, 831-915 ms over three runs on 0.19.0; within
+    # one version the runs agree far better than across versions.
+    assert by_level["deployment and vLLM version"]["ttft_replicate_p90"] < deployment["ttft_replicate_p90"]
+    assert main(["validate", str(SILICON), "--model", "minimax-m2.5", "--gpu", "b200"]) == 0
+    text = capsys.readouterr().out
+    assert f"runs of one point (deployment): {deployment['rows']} rows of {deployment['points']} points" in text
+    assert "none of them is scored" in text
 
 
 def test_validate_scores_rows_nothing_was_fitted_on(capsys: pytest.CaptureFixture[str]) -> None:

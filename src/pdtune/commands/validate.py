@@ -20,6 +20,7 @@ from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import holdout_key
 from pdtune.perfmodel.repeats import fold_repeats
+from pdtune.perfmodel.replicates import LEVELS, replicate_table
 from pdtune.perfmodel.simulated import SIMULATED, simulation_jobs
 from pdtune.perfmodel.validation import METRICS, Selection, deployment_key, error_summary, select_rows, validate_rows
 from pdtune.results import GpuCounts, load_results
@@ -125,11 +126,46 @@ def run(args: argparse.Namespace) -> int:
     points = mark_fitted(points, selection.rows, calibration, gpu.name)
     summary = error_summary(points[points["scored"]])
     in_sample = error_summary(points[points["predicted"] & points["in_sample"] & points["repeat_of"].isna()])
+    runs = replicates(points)
     if args.json:
-        emit_json(report(points, selection, summary, eff, source, name, gpu.name, in_sample))
+        emit_json(report(points, selection, summary, eff, source, name, gpu.name, in_sample) | {"replicates": runs})
     else:
-        print(render(points, selection, summary, source, name, gpu.name, in_sample))
+        print(render(points, selection, summary, source, name, gpu.name, in_sample)
+              + "".join(f"\n{line}" for line in replicate_lines(runs)))
     return 0
+
+
+def replicates(points: pd.DataFrame) -> list[dict[str, Any]]:
+    """Distinct runs of one deployment point (:mod:`pdtune.perfmodel.replicates`; a repeat of another row's
+    measurement is not a run): how far apart they are, each against the median of the others, beside the model's
+    |error| on those of them that are scored (``predicted_rows``); per level, deployment and deployment with its
+    vLLM version, the medians and p90s in %."""
+    rows = points[points["predicted"] & points["repeat_of"].isna()]
+    if "vllm" not in rows.columns:
+        rows = rows.assign(vllm=None)
+    scored = rows["scored"].astype(bool)
+    rows = rows.assign(**{f"predicted_{m}": rows[f"predicted_{m}"].where(scored) for m in METRICS})
+    levels = {k: v for k, v in LEVELS.items() if k != "layout"}  # one model and GPU: the layout adds nothing
+    table = replicate_table(rows, tuple(METRICS), predictions=("predicted",), levels=levels)
+    return [{k: plain(v) for k, v in r.items()} for r in table.to_dict("records")]
+
+
+def replicate_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """The replicate table in words, a line per level that has runs."""
+    lines = []
+    for r in runs:
+        if not r["rows"]:
+            continue
+        lines.append(
+            f"  runs of one point ({r['level']}): {r['rows']} rows of {r['points']} points measured more than once; "
+            f"each against the median of the others TTFT {_num(r['ttft_replicate_median'])} % median, "
+            f"{_num(r['ttft_replicate_p90'])} % p90, TPOT {_num(r['tpot_replicate_median'])} % / "
+            f"{_num(r['tpot_replicate_p90'])} %; "
+            + (f"the model on the {r['predicted_rows']} of them scored: TTFT {_num(r.get('ttft_predicted_median'))} % / "
+               f"{_num(r.get('ttft_predicted_p90'))} %, TPOT {_num(r.get('tpot_predicted_median'))} % / "
+               f"{_num(r.get('tpot_predicted_p90'))} %" if r["predicted_rows"]
+               else "none of them is scored (the factors were fitted on them)"))
+    return lines
 
 
 def mark_fitted(

@@ -53,13 +53,15 @@ def replicate_errors(table: pd.DataFrame, keys: Sequence[str], column: str) -> p
 
 
 def replicate_table(table: pd.DataFrame, metrics: Sequence[str] = ("ttft_ms_p50", "tpot_ms_p50"), *,
-                    predictions: Sequence[str] = ("lomo", "calibrated", "aic")) -> pd.DataFrame:
+                    predictions: Sequence[str] = ("lomo", "calibrated", "aic"),
+                    levels: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
     """Per level of :data:`LEVELS`: the rows with another run of their point, the points, and per metric the median
     and p90 replicate error in %, beside each of ``predictions``' median and p90 |error| on the same rows and how many
     of them it predicted (columns ``measured_{metric}`` and ``{prediction}_{metric}``, as in the scorecard; ``aic``:
-    aiconfigurator's estimates, :func:`pdtune.scorecard.with_peer`; a prediction without a column is left out)."""
+    aiconfigurator's estimates, :func:`pdtune.scorecard.with_peer`; a prediction without a column is left out).
+    ``levels`` replaces :data:`LEVELS` (a table of one model and GPU needs no layout level)."""
     records = []
-    for level, keys in LEVELS.items():
+    for level, keys in (LEVELS if levels is None else levels).items():
         record: dict[str, object] = {"level": level}
         for metric in metrics:
             measured = table[f"measured_{metric}"]
