@@ -23,7 +23,8 @@ def deployment_label(df: pd.DataFrame) -> pd.Series:
     ``"{n_prefill_workers}x{prefill_topology} : {n_decode_workers}x{decode_topology}"``, e.g.
     ``3xTP2DP4+EP : 1xTEP8``; other rows: ``topology``. ``+MTP`` is appended when ``mtp_tokens > 0``
     (speculative decoding belongs to the decode side, so it ends the label). A role whose topology is
-    missing is named by its GPU count (``8 GPUs``; ``8 prefill GPUs`` on one side of a disaggregated label); a row with neither raises :class:`InputError`.
+    missing is named by its GPU count (``8 GPUs``; ``8 prefill GPUs`` on one side of a disaggregated
+    label); a row with neither raises :class:`InputError`.
     """
     labels = [_row_label(row, i, df) for i, row in enumerate(df.to_dict("records"))]
     return pd.Series(labels, index=df.index, name="deployment", dtype=object)
