@@ -82,3 +82,16 @@ def test_the_pages_claims_hold_on_the_shipped_scorecard() -> None:
     deployment, version = table.loc["deployment"], table.loc["deployment and vLLM version"]
     assert deployment["ttft_replicate_median"] < 0.5 * deployment["ttft_lomo_median"]
     assert version["ttft_replicate_p90"] < 0.5 * deployment["ttft_replicate_p90"]
+
+
+def test_the_worked_runs_in_words() -> None:
+    from pdtune.chapters.trust import _version_key, replicate_sentence
+
+    # The first run against the median of the other three (910.975 ms): 3383.98 / 910.975 - 1 = 271 %; the last,
+    # 915.061 ms, against the median of 3383.98, 831.198 and 910.975 (910.975 ms): 0.45 %.
+    runs = {"label": "m fp8 on TP2 of B200", "isl": 8192, "osl": 1024, "concurrency": 64,
+            "ttft_ms": [3383.98, 831.198, 910.975, 915.061], "vllm": ["0.17.0", "0.19.0", "0.19.0", "0.19.0"]}
+    text = replicate_sentence(runs)
+    assert "3,384 ms on vLLM 0.17.0 and 831-915 ms over 3 runs on vLLM 0.19.0" in text
+    assert "is 271 % off" in text and "915 ms) 0.4 %" in text
+    assert _version_key("0.9.2") < _version_key("0.17.0") < _version_key(None)  # numbers, not strings

@@ -560,12 +560,23 @@ def replicate_example(card: Scorecard) -> dict[str, Any]:
     groups = rows.groupby(keys)["measured_ttft_ms_p50"]
     rank = pd.DataFrame({"runs": groups.size(), "spread": groups.max() / groups.min()})
     point = rank.sort_values(["runs", "spread"], ascending=False).index[0]
-    runs = rows.set_index(keys).loc[point].sort_values(["vllm", "measured_ttft_ms_p50"])
+    runs = rows.set_index(keys).loc[point]
+    runs = runs.assign(_version=runs["vllm"].map(_version_key)).sort_values(["_version", "measured_ttft_ms_p50"])
     deployment, isl, osl, concurrency = point
     parts = [p.strip() for p in str(deployment).split("|")]
     return {"label": f"{shown_name(parts[0])} {parts[4]} on {parts[3]} of {parts[1].upper()}", "isl": int(isl),
             "osl": int(osl), "concurrency": int(concurrency),
             "ttft_ms": runs["measured_ttft_ms_p50"].tolist(), "vllm": runs["vllm"].astype(str).tolist()}
+
+
+def _version_key(version: Any) -> tuple[int, int, int]:
+    """A vLLM version as numbers, so that 0.9 sorts before 0.17; a row without one sorts last."""
+    from pdtune.versions import parse
+
+    try:
+        return parse(str(version))
+    except InputError:
+        return (10**6, 0, 0)
 
 
 def replicate_sentence(example: dict[str, Any]) -> str:
