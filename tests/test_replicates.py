@@ -93,5 +93,5 @@ def test_the_worked_runs_in_words() -> None:
             "ttft_ms": [3383.98, 831.198, 910.975, 915.061], "vllm": ["0.17.0", "0.19.0", "0.19.0", "0.19.0"]}
     text = replicate_sentence(runs)
     assert "3,384 ms on vLLM 0.17.0 and 831-915 ms over 3 runs on vLLM 0.19.0" in text
-    assert "is 271 % off" in text and "915 ms) 0.4 %" in text
+    assert "the 3,384 ms run is 271 % off and the 915 ms one 0.4 %" in text
     assert _version_key("0.9.2") < _version_key("0.17.0") < _version_key(None)  # numbers, not strings

@@ -597,9 +597,9 @@ def replicate_sentence(example: dict[str, Any]) -> str:
     last = replicate_error(ttft[-1], ttft[:-1]) * 100
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
     return (f"{example['label']} at {example['isl']:,}/{example['osl']:,} and {example['concurrency']:,} concurrent "
-            f"requests was measured {len(ttft)} times: a median TTFT of {listed}. Predicted by the median of the "
-            f"other runs, the first run (vLLM {versions[0]}, {ttft[0]:,.0f} ms) is {_pct_text(first)} off and the "
-            f"last (vLLM {versions[-1]}, {ttft[-1]:,.0f} ms) {_pct_text(last)}.")
+            f"requests was measured {len(ttft)} times: a median TTFT of {listed}. Each against the median of the "
+            f"others, the {ttft[0]:,.0f} ms run is {_pct_text(first)} off and the {ttft[-1]:,.0f} ms one "
+            f"{_pct_text(last)}.")
 
 
 def _pct_text(x: float) -> str:
