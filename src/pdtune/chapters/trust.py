@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -533,11 +534,18 @@ def source_sentence() -> str:
 # ------------------------------------------------------------------------------------------ runs of one point
 
 
+@cache
+def _replicates(card: Scorecard) -> pd.DataFrame:
+    """:func:`pdtune.perfmodel.replicates.replicate_table` of the scorecard beside both of pdtune's predictions,
+    computed once per scorecard (the page reads it three times)."""
+    return replicate_table(card.rows, predictions=("lomo", "calibrated"))
+
+
 def replicate_view(card: Scorecard, metric: str) -> pd.DataFrame:
-    """:func:`pdtune.perfmodel.replicates.replicate_table` for ``metric`` (``ttft`` or ``tpot``) as the page shows
-    it: what counts as one point, its rows and points, how far apart its runs are (each run against the median of
-    the others; median and p90, %), and pdtune's uncalibrated and calibrated |error| on the same rows."""
-    table = replicate_table(card.rows, predictions=("lomo", "calibrated"))
+    """The replicate table for ``metric`` (``ttft`` or ``tpot``) as the page shows it: what counts as one point,
+    its rows and points, how far apart its runs are (each run against the median of the others; median and p90,
+    %), and pdtune's uncalibrated and calibrated |error| on the same rows."""
+    table = _replicates(card)
     names = {"level": "same_point", "rows": "rows", "points": "points",
              f"{metric}_replicate_median": "runs_apart_median_pct", f"{metric}_replicate_p90": "runs_apart_p90_pct",
              f"{metric}_lomo_median": "uncalibrated_median_pct", f"{metric}_lomo_p90": "uncalibrated_p90_pct",
@@ -547,7 +555,7 @@ def replicate_view(card: Scorecard, metric: str) -> pd.DataFrame:
 
 def replicate_counts(card: Scorecard) -> dict[str, int]:
     """Rows with another run of their deployment's point, and how many of them the calibrated fit left unpredicted."""
-    table = replicate_table(card.rows, predictions=("calibrated",)).set_index("level")
+    table = _replicates(card).set_index("level")
     rows = int(table.loc["deployment", "rows"])
     return {"rows": rows, "not_calibrated": rows - int(table.loc["deployment", "calibrated_rows"])}
 
