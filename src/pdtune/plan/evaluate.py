@@ -227,8 +227,9 @@ def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], setti
         # Most request-tokens first, so that the last row a worker takes is a short one; the answers go back to
         # the rows' order (each row's simulation is seeded: where it ran changes nothing).
         order = sorted(range(len(records)), key=lambda i: -each[i])
-        done = map_in_workers(one, [records[i] for i in order], jobs)
-        stats = [done[order.index(i)] for i in range(len(records))]
+        stats = [{}] * len(records)
+        for i, st in zip(order, map_in_workers(one, [records[i] for i in order], jobs), strict=True):
+            stats[i] = st
     values = {k: [st[k] for st in stats] for k in _SIM_KEYS}
     v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
     ttft = v["ttft_ms_p50"]
