@@ -101,6 +101,7 @@ class EngineConfig:
     num_speculative_tokens: int = 0  # the speculative model's draft tokens (MTP uses ``mtp_tokens``)
     decode_context_parallel_size: int = 1
     max_capture_size: int | None = None  # largest CUDA-graph batch; None: vLLM's default (Engine.capture_limit)
+    block_size: int | None = None  # --block-size; None: the attention backend's (pdtune.state.plan_state)
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -765,6 +766,7 @@ def build_engine(
         prefix_caching=False,
         speculative_model=config.speculative_model,
         decode_context_parallel_size=config.decode_context_parallel_size,
+        block_size=config.block_size,
     )
     weights = stage_weights(spec, topology, mtp=mtp_tokens > 0)
     overheads = engine_overheads(topology, mtp_tokens > 0, config)

@@ -44,6 +44,7 @@ from pdtune.perfmodel.validation import (
     row_harness,
     row_setup,
     row_statistic,
+    sim_config,
 )
 
 #: The factors a fit moves (``arrival_clustering`` separately), with their bounds: physically plausible ranges.
@@ -213,7 +214,7 @@ def _engine_cache(gpu: GpuSpec) -> EngineCache:
 
 def _planned(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int, c: int,
              clustering: float) -> CompiledPoint:
-    key = (id(gpu), setup.spec, setup.topology, setup.vllm, setup.kv_cache_dtype, isl, osl, c, clustering)
+    key = (id(gpu), setup.spec, setup.topology, setup.vllm, setup.kv_cache_dtype, setup.flags, isl, osl, c, clustering)
     if key not in _PLANS:
         try:
             engine = cached_engine(cache, setup, gpu, isl, osl)
@@ -237,7 +238,7 @@ def _simulated(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, row: pd.Series
     key = ("fit", id(engine))
     point, cache.costs[key] = simulate_point(
         engine, isl, osl, c, eff, harness=row_harness(row), cost=cache.costs.get(key), linearize=True,
-        statistic=row_statistic(row))
+        statistic=row_statistic(row), config=sim_config(setup))
     assert point.linear is not None
     return point.linear
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,11 +38,15 @@ from pdtune.perfmodel.aggregated import AggPlan, agg_config, agg_plan, agg_predi
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.compiled import CompiledPoint
 from pdtune.perfmodel.engine import Batch, Engine, EngineConfig, StepTerms, build_engine
+from pdtune.perfmodel.launch_flags import ServerFlags, row_flags, served_topology
 from pdtune.perfmodel.simulated import SILICON_HARNESS, SILICON_STATISTIC
 from pdtune.perfmodel.sweeps import Prediction, predict_decode, predict_disagg, predict_prefill
 from pdtune.precision import requantized, served_weights
 from pdtune.topology import Deployment, Topology, parse_deployment, parse_topology
 from pdtune.versions import parse as parse_version
+
+if TYPE_CHECKING:
+    from pdtune.sim import SimConfig
 
 #: The three numbers every point is scored on.
 METRICS = ("ttft_ms_p50", "tpot_ms_p50", "tps_per_gpu")
@@ -159,6 +163,7 @@ class RowSetup:
     weights_note: str
     reason: str | None = None  # set when the row cannot be predicted
     kv_cache_dtype: str = "auto"
+    flags: ServerFlags | None = None  # how the measured server was launched, where known (launch_flags.csv)
 
 
 def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
@@ -170,18 +175,21 @@ def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
     except InputError as exc:
         return RowSetup(mode, None, None, None, vllm, "", f"weights: {exc.message}")
     kv = "fp8" if requantized(spec, served) else "auto"
+    flags = row_flags(row) if mode == "agg" else None
 
     def setup(topology: Topology | None = None, deployment: Deployment | None = None,
               reason: str | None = None) -> RowSetup:
-        return RowSetup(mode, served, topology, deployment, vllm, note, reason, kv)
+        return RowSetup(mode, served, topology, deployment, vllm, note, reason, kv, flags)
 
+    if flags is not None and flags.unpredictable:
+        return setup(reason=f"{flags.unpredictable} ({flags.source})")
     name = _text(row.get("topology"))
     if name is None or (mode == "disagg" and "?" in name):
         return setup(reason="the file does not record the worker counts" if name else "no topology recorded")
     try:
         if mode == "disagg":
             return setup(deployment=parse_deployment(name, "topology"))
-        return setup(topology=parse_topology(name, "topology"))
+        return setup(topology=served_topology(parse_topology(name, "topology"), flags))
     except InputError as exc:
         return setup(reason=f"topology: {exc.message}")
 
@@ -205,11 +213,13 @@ def _vllm_of(row: pd.Series) -> str:
     return FALLBACK_VLLM
 
 
-def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> EngineConfig:
+def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto",
+                      flags: ServerFlags | None = None) -> EngineConfig:
     """vLLM's own defaults for a measured aggregated server: its batch defaults, 0.9 of the memory, the KV
-    cache in the model dtype (``--kv-cache-dtype auto``) or as the checkpoint says (FP8)."""
+    cache in the model dtype (``--kv-cache-dtype auto``) or as the checkpoint says (FP8); then every flag the
+    server was launched with where that is known (``flags``: :mod:`pdtune.perfmodel.launch_flags`)."""
     base = agg_config(gpu, None, vllm)
-    return EngineConfig(
+    config = EngineConfig(
         gpu_memory_utilization=0.9,
         kv_cache_dtype=kv_cache_dtype,
         vllm=vllm,
@@ -217,6 +227,7 @@ def agg_engine_config(gpu: GpuSpec, vllm: str, kv_cache_dtype: str = "auto") -> 
         max_num_seqs=base.max_num_seqs,
         overheads_gib=MEASURED_OVERHEADS_GIB,
     )
+    return flags.engine_config(config) if flags is not None else config
 
 
 @dataclass
@@ -249,14 +260,14 @@ def row_statistic(row: pd.Series) -> str:
 
 
 def _engine_key(setup: RowSetup, isl: int, osl: int) -> tuple[Any, ...]:
-    return (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype)
+    return (setup.spec, setup.topology, isl, osl, setup.vllm, setup.kv_cache_dtype, setup.flags)
 
 
 def cached_engine(cache: EngineCache, setup: RowSetup, gpu: GpuSpec, isl: int, osl: int) -> Engine:
     assert setup.spec is not None and setup.topology is not None
     key = _engine_key(setup, isl, osl)
     if key not in cache.engines:
-        config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype)
+        config = agg_engine_config(gpu, setup.vllm, setup.kv_cache_dtype, setup.flags)
         try:
             cache.engines[key] = build_engine(setup.spec, gpu, setup.topology, isl=isl, osl=osl, config=config)
         except InputError as exc:
@@ -331,8 +342,18 @@ def _simulated_row(row: pd.Series, setup: RowSetup, gpu: GpuSpec, eff: Efficienc
         return pred
     engine = cached_engine(cache, setup, gpu, isl, osl)
     key = _engine_key(setup, isl, osl)
-    point, cache.costs[key] = simulate_point(engine, isl, osl, c, eff, harness=harness, cost=cache.costs.get(key))
+    point, cache.costs[key] = simulate_point(engine, isl, osl, c, eff, harness=harness, cost=cache.costs.get(key),
+                                             config=sim_config(setup))
     return prediction(point, engine, isl, osl, c, harness)
+
+
+def sim_config(setup: RowSetup) -> SimConfig | None:
+    """The simulation settings of a row's server: prefix caching as it was launched, where that is known."""
+    from pdtune.sim import SimConfig
+
+    if setup.flags is None or setup.flags.prefix_caching is None:
+        return None
+    return SimConfig(enable_prefix_caching=setup.flags.prefix_caching)
 
 
 def _measured(row: pd.Series, metric: str) -> float:

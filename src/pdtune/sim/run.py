@@ -93,7 +93,7 @@ def setup_engine(engine: Engine, config: SimConfig, max_model_len: int) -> Engin
         engine.spec, max_model_len=max_model_len, tp=engine.topology.tp, kv_cache_dtype=ec.kv_cache_dtype,
         num_speculative_tokens=spec, vllm=ec.vllm, prefix_caching=caching and not hybrid,
         max_num_batched_tokens=ec.max_num_batched_tokens, speculative_model=ec.speculative_model,
-        decode_context_parallel_size=ec.decode_context_parallel_size,
+        decode_context_parallel_size=ec.decode_context_parallel_size, block_size=ec.block_size,
         async_scheduling=config.async_scheduling if versions.at_least(ec.vllm, "0.26") else None,
     )
     per_stage = max(len(s) for s in engine.stages)
