@@ -18,7 +18,7 @@ from pdtune.model import load_model
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.fit import Problem, fit_efficiency
 from pdtune.perfmodel.simulated import simulate_point
-from pdtune.perfmodel.validation import EngineCache, cached_engine, row_setup
+from pdtune.perfmodel.validation import EngineCache, cached_engine, row_setup, sim_config
 
 #: (topology, concurrency, ISL, OSL) of the modeled runs: small enough to simulate in seconds.
 POINTS = [("TP8", 4, 1024, 128), ("TP8", 16, 1024, 128), ("TP8", 32, 2048, 128), ("TP4", 4, 1024, 128),
@@ -28,8 +28,11 @@ TRUTH = {"compute": 0.45, "hbm": 0.65, "request_overhead_s": 0.05}
 
 
 def _rows(spec, gpu, eff) -> pd.DataFrame:
+    # Dated where no launch script of launch_flags.csv covers them, so the server is vLLM's defaults: with the
+    # Llama script's FP8 KV cache and no prefix caching the closed loop of 32 clients is chaotic enough that factors
+    # within 2 % of these give a run 7 % away, and no fit can land closer than that (found 2026-12-07).
     base = {"source": "aiconfigurator-silicon", "mode": "agg", "model": "meta-llama/Llama-3.1-70B", "gpu": "h200",
-            "backend": "vllm", "backend_version": "0.18.0", "precision": "fp8"}
+            "backend": "vllm", "backend_version": "0.18.0", "precision": "fp8", "provenance": "measured=2026-01-01"}
     frame = []
     cache = EngineCache()
     for topology, c, isl, osl in POINTS:
@@ -37,7 +40,8 @@ def _rows(spec, gpu, eff) -> pd.DataFrame:
                          "isl": isl, "osl": osl})
         setup = row_setup(row, spec)
         engine = cached_engine(cache, setup, gpu, isl, osl)
-        point, _ = simulate_point(engine, isl, osl, c, eff, harness="sa-bench")
+        assert setup.flags is None
+        point, _ = simulate_point(engine, isl, osl, c, eff, harness="sa-bench", config=sim_config(setup))
         # the silicon file's columns hold the benchmark's means (perfmodel.simulated.SILICON_STATISTIC)
         frame.append({**row.to_dict(), "ttft_ms_p50": point.stats["ttft_ms_mean"],
                       "tpot_ms_p50": point.stats["tpot_ms_mean"]})
@@ -74,6 +78,10 @@ def test_a_fit_through_the_simulator_finds_the_factors_that_made_the_runs(monkey
     import pdtune.perfmodel.fit as fit
 
     monkeypatch.setattr(fit, "PRIOR_WEIGHT", 0.0)
+    # Until the factors settle: the shipped fits stop after SIM_FIT_ROUNDS = 3 (their cost), which from the
+    # defaults refitted on 2026-12-07 leaves request_overhead_s 5 % short here (0.0525 s); six rounds land on it.
+    monkeypatch.setattr(fit, "SIM_FIT_ROUNDS", 6)
+    monkeypatch.setattr(fit, "SIM_FIT_TOLERANCE", 0.001)
     free = fit_efficiency([Problem(spec, gpu, rows)], start=start, factors=tuple(TRUTH), latency_model="simulated")
     for name, truth in TRUTH.items():
         assert getattr(free.efficiency, name) == pytest.approx(truth, rel=0.05), name

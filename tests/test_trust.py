@@ -138,7 +138,11 @@ def test_a_model_the_measurements_lack_opens_on_the_nearest_they_hold(card: ch8.
 
 def test_sweeps_for_chapters_5_and_6_pair_measured_and_modeled() -> None:
     cases = ch8.sweep_cases()
-    assert cases["measured_tpot_ms_p50"].notna().all() and cases["modeled_tpot_ms_p50"].notna().all()
+    # Every row is drawn; the rows the model did not predict (gpt-oss-120b H100's client with --max-concurrency
+    # 512, launch_flags.csv) have a measured point and no modeled one.
+    assert cases["measured_tpot_ms_p50"].notna().all()
+    unmodeled = cases[cases["modeled_tpot_ms_p50"].isna()]
+    assert len(unmodeled) == 9 and set(unmodeled["concurrency"]) == {512} and set(unmodeled["model"]) == {"gpt-oss-120b"}
     case, own = ch8.default_case(cases, "llama-3.1-70b", "h200")
     assert own and case.startswith("llama-3.1-70b on H200")
     case, own = ch8.default_case(cases, "qwen3.8-2.4t", "gb300")

@@ -83,10 +83,14 @@ def test_simulated_rows_are_conserved_and_tails_ordered() -> None:
     engine_rows = rows.head(1)
     one = validate_rows(engine_rows, spec, gpu, eff, latency_model="simulated").iloc[0]
     from pdtune.perfmodel.simulated import simulate_point
-    from pdtune.perfmodel.validation import EngineCache, cached_engine, row_setup
+    from pdtune.perfmodel.validation import EngineCache, cached_engine, row_setup, sim_config
     r = engine_rows.iloc[0]
-    engine = cached_engine(EngineCache(), row_setup(r, spec), gpu, int(r["isl"]), int(r["osl"]))
-    point, _ = simulate_point(engine, int(r["isl"]), int(r["osl"]), int(r["concurrency"]), eff, harness="sa-bench")
+    setup = row_setup(r, spec)
+    engine = cached_engine(EngineCache(), setup, gpu, int(r["isl"]), int(r["osl"]))
+    # The server as InferenceX's script launched it (launch_flags.csv): prefix caching off among others.
+    assert sim_config(setup) is not None and sim_config(setup).enable_prefix_caching is False
+    point, _ = simulate_point(engine, int(r["isl"]), int(r["osl"]), int(r["concurrency"]), eff, harness="sa-bench",
+                              config=sim_config(setup))
     assert one["predicted_ttft_ms_p50"] == pytest.approx(point.stats["ttft_ms_mean"])
     assert one["predicted_tpot_ms_p50"] == pytest.approx(point.stats["tpot_ms_mean"])
     # a source that reports medians is compared with the simulated medians, whose tails are ordered

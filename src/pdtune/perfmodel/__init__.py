@@ -21,6 +21,8 @@ and an xPyD disaggregated deployment (8192/1024), from a :class:`~pdtune.model.M
 * :mod:`.simulated` — the scheduler simulation as a latency model: each point run as its benchmark in
   :mod:`pdtune.sim`, the harnesses, the linear form of a run's median request;
 * :mod:`.repeats` — a measurement repeated under another id counted once, in fits and in scores;
+* :mod:`.launch_flags` — how a measured server was launched (InferenceX's ``vllm serve`` flags per row), laid over
+  vLLM's defaults;
 * :mod:`.replicates` — distinct runs of one point, each against the median of the others: the data's own spread
   beside the model's error;
 * :mod:`.prior` — where the fit of the defaults starts: each factor's published value and its source;

@@ -105,11 +105,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise InputError(
-                "--gpu-memory-utilization",
-                "gpu_memory_utilization",
-                f"must be in (0, 1], got {self.gpu_memory_utilization}",
-            )
+            raise InputError("--gpu-memory-utilization", "gpu_memory_utilization",
+                             f"must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.max_num_batched_tokens < 1:
             raise InputError("--max-num-batched-tokens", "max_num_batched_tokens", "must be positive")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:

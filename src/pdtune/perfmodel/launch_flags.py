@@ -89,9 +89,9 @@ class _Rule:
 
 
 def launch_flags_file() -> Path:
-    from pdtune.perfmodel.defaults import silicon_file
+    from pdtune.paths import clusters_dir
 
-    return silicon_file().parent / "launch_flags.csv"
+    return clusters_dir() / "aiconfigurator-silicon" / "launch_flags.csv"
 
 
 def _evaluate(text: str, env: dict[str, int], where: str, field: str) -> int:
