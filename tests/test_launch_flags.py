@@ -46,8 +46,8 @@ def test_the_row_takes_the_line_of_its_date_and_branch(tmp_path):
     # 2 x ISL = 2,048 tokens and whose max_num_seqs is the concurrency, 64.
     flags = row_flags(_row(), path)
     assert flags == ServerFlags(kv_cache_dtype="fp8", max_num_batched_tokens=2048, max_num_seqs=64,
-                                gpu_memory_utilization=0.9, max_capture_size=2048, block_size=32, prefix_caching=False,
-                                source="b.sh@bbbb")
+                                gpu_memory_utilization=0.9, max_capture_size=2048, block_size=32,
+                                prefix_caching=False, source="b.sh@bbbb")
     assert row_flags(_row(topology="TP4"), path).max_num_batched_tokens == 8192
     # The first line that holds wins: at 128 clients the row is marked, with the reason.
     assert row_flags(_row(concurrency=128), path).unpredictable == "the client was not the row's"
@@ -100,8 +100,8 @@ def test_a_malformed_line_is_named(tmp_path, line, field):
 
 
 def test_the_shipped_table_covers_the_inferencex_rows():
-    """Every aggregated vLLM silicon row of an InferenceX model finds its launch flags; the Qwen3 rows (aiconfigurator's
-    own Dynamo runs, not InferenceX's) find none."""
+    """Every aggregated vLLM silicon row of an InferenceX model finds its launch flags; the Qwen3 rows
+    (aiconfigurator's own Dynamo runs, not InferenceX's) find none."""
     from pdtune.perfmodel.defaults import silicon_file, silicon_problems
     from pdtune.results import load_results
 

@@ -1,22 +1,24 @@
-"""How the measured servers were launched: the ``vllm serve`` flags of the scripts that ran aiconfigurator's silicon rows.
+"""How the measured servers were launched: the ``vllm serve`` flags of the scripts behind aiconfigurator's rows.
 
 aiconfigurator's silicon file records a row's layout, precision, vLLM image and measurement date, not the server's
 flags. The rows of MiniMax-M2.5, Kimi-K2.5, gpt-oss-120b and Llama-3.1-70B come from SemiAnalysis's InferenceX
-runs (their provenance names InferenceX's database dumps and exports; ``data/clusters/aiconfigurator-silicon/README.md``
-gives the evidence), and InferenceX launches each (model, precision, GPU) with a script of its own whose flags
-differ from vLLM's defaults. MiniMax-M2.5 FP8 on B200, for one, runs with ``--kv-cache-dtype fp8`` (twice the KV
-room of the ``auto`` dtype) and ``--max-num-batched-tokens $((ISL * 2))`` (a quarter of the default 8,192 prefill
-tokens per step at ISL 1,024). A prediction on vLLM's defaults is then a prediction of another server.
+runs (their provenance names InferenceX's database dumps and exports; ``data/clusters/aiconfigurator-silicon/``
+``README.md`` gives the evidence), and InferenceX launches each (model, precision, GPU) with a script of its own
+whose flags differ from vLLM's defaults. MiniMax-M2.5 FP8 on B200, for one, runs with ``--kv-cache-dtype fp8``
+(twice the KV room of the ``auto`` dtype) and ``--max-num-batched-tokens $((ISL * 2))`` (a quarter of the default
+8,192 prefill tokens per step at ISL 1,024). A prediction on vLLM's defaults is then a prediction of another server.
 
 ``launch_flags.csv`` beside the silicon file holds those flags, read from InferenceX's git history at the last
 commit of each script on or before the rows' measurement dates, one line per (model, GPU, precision, dates,
 condition), each naming its script and commit. :func:`row_flags` finds a row's line; :meth:`ServerFlags.engine_config`
-lays it over vLLM's defaults. Some scripts also launched another layout than the row records: MiniMax-M2.5's
-H200 script of late March passes ``--enable-expert-parallel`` whenever ``EP_SIZE >= 1``, which the sweep always sets,
-so its rows recorded as TP8 ran as TEP8; Kimi-K2.5's B200 FP4 script before 2026-04-14 never passed expert
-parallelism, so its rows recorded as TEP4 ran as TP4. ``served_topology`` (``TEP{TP}``) says so, and
-:func:`served_topology` applies it where it keeps the row's GPU count. A flag a script does not pass stays vLLM's default; a row no line covers (the Qwen3
+lays it over vLLM's defaults. A flag a script does not pass stays vLLM's default; a row no line covers (the Qwen3
 rows, measured by aiconfigurator's own runs) keeps vLLM's defaults throughout.
+
+Some scripts also launched another layout than the row records. MiniMax-M2.5's H200 script of late March passes
+``--enable-expert-parallel`` whenever ``EP_SIZE >= 1``, which the sweep always sets, so its rows recorded as TP8 ran
+as TEP8; Kimi-K2.5's B200 FP4 script before 2026-04-14 never passed expert parallelism, so its rows recorded as TEP4
+ran as TP4. The ``served_topology`` column (``TEP{TP}``) says so, and :func:`served_topology` applies it where it
+keeps the row's GPU count. The ``unpredictable`` column marks rows whose recorded workload is not the one that ran.
 """
 
 from __future__ import annotations
