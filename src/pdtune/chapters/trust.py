@@ -535,10 +535,28 @@ def source_sentence() -> str:
 
 
 @cache
+def launch_by_id() -> dict[str, str]:
+    """Per silicon row id, the script version that launched its server (``script@commit``, from
+    :func:`pdtune.perfmodel.launch_flags.row_flags`; "vLLM's defaults" where no script is known)."""
+    from pdtune.perfmodel.defaults import silicon_file
+    from pdtune.perfmodel.launch_flags import row_flags
+    from pdtune.results import load_results
+
+    rows = load_results(silicon_file())
+    out = {}
+    for _, row in rows.iterrows():
+        flags = row_flags(row)
+        out[str(row["source_id"])] = flags.source if flags is not None else "vLLM's defaults"
+    return out
+
+
+@cache
 def _replicates(card: Scorecard) -> pd.DataFrame:
     """:func:`pdtune.perfmodel.replicates.replicate_table` of the scorecard beside both of pdtune's predictions,
+    each row with the script version that launched its server (the level ``deployment and launch script``),
     computed once per scorecard (the page reads it three times)."""
-    return replicate_table(card.rows, predictions=("lomo", "calibrated"))
+    rows = card.rows.assign(launch=card.rows["source_id"].astype(str).map(launch_by_id()))
+    return replicate_table(rows, predictions=("lomo", "calibrated"))
 
 
 def replicate_view(card: Scorecard, metric: str) -> pd.DataFrame:

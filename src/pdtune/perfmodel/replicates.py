@@ -12,8 +12,10 @@ bound: with two runs 100 and 200 ms it is 100 % and 50 %, while 141 ms would mis
 and p90 over the rows with at least one other run are set beside a model's on the same rows, at a **level** of what
 counts as the same point (:data:`LEVELS`): the layout alone, the deployment as pdtune keys it
 (:func:`pdtune.perfmodel.validation.deployment_key`: the layout with its weight, KV and compute precision), or that
-deployment on one vLLM version. pdtune's step cost does not depend on the vLLM version, so the deployment level is
-the one its errors compare with; the version level shows how much of the rest the version explains.
+deployment on one vLLM version, or that deployment launched by one version of its script (the ``launch`` column:
+:mod:`pdtune.perfmodel.launch_flags`; the script's flags and its image change together). pdtune's step cost does not
+depend on the vLLM version, so the deployment level is the one its errors compare with; the version and script levels
+show how much of the rest each explains.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ LEVELS: dict[str, tuple[str, ...]] = {
     "layout": ("model_key", "gpu_name", "topology", "isl", "osl", "concurrency"),
     "deployment": ("deployment", "isl", "osl", "concurrency"),
     "deployment and vLLM version": ("deployment", "vllm", "isl", "osl", "concurrency"),
+    # The script version that launched the server (pdtune.perfmodel.launch_flags: flags and image change together);
+    # a table without a ``launch`` column leaves this level out.
+    "deployment and launch script": ("deployment", "launch", "isl", "osl", "concurrency"),
 }
 
 
@@ -62,6 +67,8 @@ def replicate_table(table: pd.DataFrame, metrics: Sequence[str] = ("ttft_ms_p50"
     ``levels`` replaces :data:`LEVELS` (a table of one model and GPU needs no layout level)."""
     records = []
     for level, keys in (LEVELS if levels is None else levels).items():
+        if any(k not in table.columns for k in keys):
+            continue  # a level whose columns the table lacks (no ``launch``) is not a level of this table
         record: dict[str, object] = {"level": level}
         for metric in metrics:
             measured = table[f"measured_{metric}"]
