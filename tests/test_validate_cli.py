@@ -51,7 +51,13 @@ def test_validate_reports_how_far_apart_runs_of_one_point_are(capsys: pytest.Cap
     runs = [r for r in out["fitted_on"] if r["repeat_of"] is None]
     points = Counter((r["deployment"], r["isl"], r["osl"], r["concurrency"]) for r in runs)
     by_level = {r["level"]: r for r in out["replicates"]}
-    assert set(by_level) == {"deployment", "deployment and vLLM version"}
+    assert set(by_level) == {"deployment", "deployment and vLLM version", "deployment and launch script"}
+    # Every row's server is the one its InferenceX script launched (launch_flags.csv), none on vLLM's defaults;
+    # runs launched by one script version agree better again than runs on one vLLM version.
+    assert sum(out["servers"].values()) == out["rows_used"] and "vLLM's defaults" not in out["servers"]
+    script = by_level["deployment and launch script"]
+    assert 0 < script["rows"] <= by_level["deployment and vLLM version"]["rows"]
+    assert script["ttft_replicate_p90"] < by_level["deployment and vLLM version"]["ttft_replicate_p90"]
     deployment = by_level["deployment"]
     assert deployment["rows"] == sum(n for n in points.values() if n > 1) > 0
     assert deployment["points"] == sum(1 for n in points.values() if n > 1)
@@ -63,6 +69,8 @@ def test_validate_reports_how_far_apart_runs_of_one_point_are(capsys: pytest.Cap
     assert main(["validate", str(SILICON), "--model", "minimax-m2.5", "--gpu", "b200"]) == 0
     text = capsys.readouterr().out
     assert f"runs of one point (deployment): {deployment['rows']} rows of {deployment['points']} points" in text
+    assert (f"servers as launched: {out['rows_used']} rows by {len(out['servers'])} versions of their launch "
+            "scripts") in text and "0 on vLLM's defaults" in text
     assert "none of them is scored" in text
 
 

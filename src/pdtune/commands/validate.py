@@ -19,6 +19,7 @@ from pdtune.perfmodel.calibrate import Calibration, load_calibration
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import holdout_key
+from pdtune.perfmodel.launch_flags import row_flags
 from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.replicates import LEVELS, replicate_table
 from pdtune.perfmodel.simulated import SIMULATED, simulation_jobs
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     points = validate_rows(selection.rows, spec, gpu, eff, latency_model=args.latency_model, harness=args.harness,
                            jobs=jobs)
     points = mark_fitted(points, selection.rows, calibration, gpu.name)
+    points = points.assign(launch=points["row"].map(launched(selection.rows)))
     summary = error_summary(points[points["scored"]])
     in_sample = error_summary(points[points["predicted"] & points["in_sample"] & points["repeat_of"].isna()])
     runs = replicates(points)
@@ -135,11 +137,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What a row's ``launch`` says when no launch script of its server is known (pdtune.perfmodel.launch_flags).
+DEFAULT_SERVER = "vLLM's defaults"
+
+
+def launched(rows: pd.DataFrame) -> pd.Series:
+    """Per input row, the script version that launched its server (``script@commit`` from ``launch_flags.csv``),
+    or :data:`DEFAULT_SERVER`: what the prediction assumed of the server's flags."""
+    return pd.Series({i: (f.source if (f := row_flags(r)) is not None else DEFAULT_SERVER)
+                      for i, r in rows.iterrows()}, dtype=object)
+
+
+def launch_line(points: pd.DataFrame) -> str:
+    """The servers the rows were predicted on, in words: how many rows by how many launch-script versions."""
+    scripts = points.loc[points["launch"] != DEFAULT_SERVER, "launch"]
+    defaults = int((points["launch"] == DEFAULT_SERVER).sum())
+    return (f"  servers as launched: {len(scripts)} rows by {scripts.nunique()} versions of their launch scripts "
+            f"(data/clusters/aiconfigurator-silicon/launch_flags.csv), {defaults} on vLLM's defaults")
+
+
 def replicates(points: pd.DataFrame) -> list[dict[str, Any]]:
     """Distinct runs of one deployment point (:mod:`pdtune.perfmodel.replicates`; a repeat of another row's
     measurement is not a run): how far apart they are, each against the median of the others, beside the model's
-    |error| on those of them that are scored (``predicted_rows``); per level, deployment and deployment with its
-    vLLM version, the medians and p90s in %."""
+    |error| on those of them that are scored (``predicted_rows``); per level, deployment, deployment with its
+    vLLM version, and deployment launched by one version of its script (``launch``), the medians and p90s in %."""
     rows = points[points["predicted"] & points["repeat_of"].isna()]
     if "vllm" not in rows.columns:
         rows = rows.assign(vllm=None)
@@ -232,6 +253,7 @@ def report(
         "rows_used": int(len(points)),
         "rows_skipped": selection.skipped,
         "rows_predicted": int(points["predicted"].sum()),
+        "servers": {str(k): int(v) for k, v in points["launch"].value_counts().items()} if "launch" in points else {},
         "rows_repeated": int(points["repeat_of"].notna().sum()),
         "rows_fitted_on": fitted,
         "rows_start_fitted_on": int((predicted & points["start_fitted"] & ~points["fitted"]).sum()),
@@ -272,6 +294,8 @@ def render(
                      + (f", {start} of them by the defaults the calibration started from" if start else ""))
     for reason, n in selection.skipped.items():
         lines.append(f"  skipped {n} rows: {reason}")
+    if "launch" in points.columns:
+        lines.append(launch_line(points))
     models = points.loc[points["predicted"], "latency_model"].value_counts()
     lines.append("  latency model: " + (", ".join(f"{name} ({n} rows)" for name, n in models.items()) or "-")
                  + (f"; simulated harness: {', '.join(sorted(set(points['harness'].dropna())))}"
