@@ -536,18 +536,14 @@ def source_sentence() -> str:
 
 @cache
 def launch_by_id() -> dict[str, str]:
-    """Per silicon row id, the script version that launched its server (``script@commit``, from
-    :func:`pdtune.perfmodel.launch_flags.row_flags`; "vLLM's defaults" where no script is known)."""
+    """Per silicon row id, the script version that launched its server
+    (:func:`pdtune.perfmodel.launch_flags.launched_by`)."""
     from pdtune.perfmodel.defaults import silicon_file
-    from pdtune.perfmodel.launch_flags import row_flags
+    from pdtune.perfmodel.launch_flags import launched_by
     from pdtune.results import load_results
 
     rows = load_results(silicon_file())
-    out = {}
-    for _, row in rows.iterrows():
-        flags = row_flags(row)
-        out[str(row["source_id"])] = flags.source if flags is not None else "vLLM's defaults"
-    return out
+    return dict(zip(rows["source_id"].astype(str), launched_by(rows), strict=True))
 
 
 @cache

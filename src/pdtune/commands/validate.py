@@ -19,7 +19,7 @@ from pdtune.perfmodel.calibrate import Calibration, load_calibration
 from pdtune.perfmodel.efficiency import Efficiency
 from pdtune.perfmodel.defaults import fitted_measurements, gpu_defaults, measurement_digest
 from pdtune.perfmodel.fit import holdout_key
-from pdtune.perfmodel.launch_flags import row_flags
+from pdtune.perfmodel.launch_flags import DEFAULT_SERVER, launched_by
 from pdtune.perfmodel.repeats import fold_repeats
 from pdtune.perfmodel.replicates import LEVELS, replicate_table
 from pdtune.perfmodel.simulated import SIMULATED, simulation_jobs
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     points = validate_rows(selection.rows, spec, gpu, eff, latency_model=args.latency_model, harness=args.harness,
                            jobs=jobs)
     points = mark_fitted(points, selection.rows, calibration, gpu.name)
-    points = points.assign(launch=points["row"].map(launched(selection.rows)))
+    points = points.assign(launch=points["row"].map(launched_by(selection.rows)))
     summary = error_summary(points[points["scored"]])
     in_sample = error_summary(points[points["predicted"] & points["in_sample"] & points["repeat_of"].isna()])
     runs = replicates(points)
@@ -135,17 +135,6 @@ def run(args: argparse.Namespace) -> int:
         print(render(points, selection, summary, source, name, gpu.name, in_sample)
               + "".join(f"\n{line}" for line in replicate_lines(runs)))
     return 0
-
-
-#: What a row's ``launch`` says when no launch script of its server is known (pdtune.perfmodel.launch_flags).
-DEFAULT_SERVER = "vLLM's defaults"
-
-
-def launched(rows: pd.DataFrame) -> pd.Series:
-    """Per input row, the script version that launched its server (``script@commit`` from ``launch_flags.csv``),
-    or :data:`DEFAULT_SERVER`: what the prediction assumed of the server's flags."""
-    return pd.Series({i: (f.source if (f := row_flags(r)) is not None else DEFAULT_SERVER)
-                      for i, r in rows.iterrows()}, dtype=object)
 
 
 def launch_line(points: pd.DataFrame) -> str:

@@ -42,6 +42,8 @@ from pdtune.perfmodel.engine import EngineConfig
 COLUMNS = ("model_path", "system", "precision", "date_from", "date_to", "script", "commit", "condition",
            "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "gpu_memory_utilization",
            "max_cudagraph_capture_size", "block_size", "prefix_caching", "served_topology", "unpredictable")
+#: What a row's launch says when no launch script of its server is known: the server is vLLM's defaults.
+DEFAULT_SERVER = "vLLM's defaults"
 #: The names a flag's value or a rule's condition may use: the row's workload and layout.
 VARIABLES = ("ISL", "OSL", "CONC", "TP", "EP", "DP")
 
@@ -99,6 +101,7 @@ def launch_flags_file() -> Path:
 def _evaluate(text: str, env: dict[str, int], where: str, field: str) -> int:
     """An integer flag value: a number, or arithmetic on :data:`VARIABLES` as the scripts write it (``2*ISL``,
     ``$((ISL * 2))``, ``ISL+OSL+256``, ``max(8192, 2*ISL)``)."""
+    unreadable = InputError(where, field, f"cannot read {text!r} (a number or arithmetic on {', '.join(VARIABLES)})")
     s = text.strip()
     if s.startswith("$((") and s.endswith("))"):
         s = s[3:-2]
@@ -106,7 +109,7 @@ def _evaluate(text: str, env: dict[str, int], where: str, field: str) -> int:
     try:
         tree = ast.parse(s, mode="eval")
     except SyntaxError:
-        raise InputError(where, field, f"cannot read {text!r} (a number or arithmetic on {', '.join(VARIABLES)})")
+        raise unreadable from None
 
     def value(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
@@ -120,7 +123,7 @@ def _evaluate(text: str, env: dict[str, int], where: str, field: str) -> int:
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min")
                 and node.args and not node.keywords):
             return (max if node.func.id == "max" else min)(value(a) for a in node.args)
-        raise InputError(where, field, f"cannot read {text!r} (a number or arithmetic on {', '.join(VARIABLES)})")
+        raise unreadable
 
     return value(tree)
 
@@ -209,6 +212,13 @@ def row_flags(row: pd.Series, path: str | Path | None = None) -> ServerFlags | N
     return _flags(chosen, env, table)
 
 
+def launched_by(rows: pd.DataFrame) -> pd.Series:
+    """Per row (by its index), the script version that launched its server (``script@commit``, :func:`row_flags`),
+    or :data:`DEFAULT_SERVER`: what a prediction of the row assumes of the server's flags."""
+    return pd.Series({i: (f.source if (f := row_flags(r)) is not None else DEFAULT_SERVER)
+                      for i, r in rows.iterrows()}, dtype=object)
+
+
 def _flags(rule: _Rule, env: dict[str, int], table: str) -> ServerFlags:
     where = f"{table}:{rule.line}"
     v = rule.values
@@ -248,4 +258,5 @@ def served_topology(recorded: Any, flags: ServerFlags | None) -> Any:
     return served if served.gpus == recorded.gpus else recorded
 
 
-__all__ = ["ServerFlags", "served_topology", "launch_flags_file", "measured_date", "row_flags"]
+__all__ = ["DEFAULT_SERVER", "ServerFlags", "launch_flags_file", "launched_by", "measured_date", "row_flags",
+           "served_topology"]
