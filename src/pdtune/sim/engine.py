@@ -112,10 +112,22 @@ class EngineCore:
         self.on_load = None  # callback(core, rank, request id, time): P/D, a KV load starts
         self.dp_ep = lockstep_dp  # DP ranks whose tokens meet in the experts (the lockstep group)
         self.asynchronous = ranks[0].config.async_scheduling
-        self.fast = False  # bulk decode runs (pdtune.sim.fastpath)
+        self._fast = False
         self.horizon = lambda: math.inf  # the clock's: when something outside may change what the core sees
         self._d_min: float | None = None
+        self.last_step_seconds = 0.0  # the last step's length (a hint for pdtune.sim.fastpath)
         self._timing_batch: tuple | None = None
+
+    @property
+    def fast(self) -> bool:
+        """Bulk decode runs (pdtune.sim.fastpath) and parked decoders (``Scheduler.park``): the same run, faster."""
+        return self._fast
+
+    @fast.setter
+    def fast(self, on: bool) -> None:
+        self._fast = on
+        for sched in self.ranks:
+            sched.park = on
 
     # ------------------------------------------------------------------------------------ inputs
 
@@ -142,9 +154,10 @@ class EngineCore:
         per_update = 1 + self.k
         least = None
         for sched in self.ranks:
+            out = sched.output_tokens
             for queue in (sched.running, sched.waiting, sched.kv_holding_waiting):
                 for r in queue:
-                    left = -(-(r.max_tokens - r.num_output_tokens) // per_update)
+                    left = -(-(r.max_tokens - out(r)) // per_update)
                     if least is None or left < least:
                         least = left
         for _, _, r in self.inputs:
@@ -212,6 +225,15 @@ class EngineCore:
             else:
                 dpairs += p
             logits += 1 + spec.get(rid, 0)
+        if plan.bulk:
+            # Parked decoders (Scheduler.park), one token each: a pair per key, c + 1 per request.
+            b = plan.bulk
+            tokens += b
+            seqs += b
+            kv += plan.bulk_context
+            pairs += plan.bulk_context + b
+            dpairs += plan.bulk_context + b
+            logits += b
         drafts = self.k if (self.k and not plan.skip_drafts and plan.sampling) else 0
         return tokens, seqs, prefill_tokens, pairs, dpairs, kv, logits, drafts
 
@@ -236,7 +258,7 @@ class EngineCore:
                     continue
             if self.has_requests() and len(self.queue) < self.depth:
                 plans = [r.schedule() for r in self.ranks]
-                executed = any(p.num_scheduled_tokens for p in plans)
+                executed = any(p.num_scheduled_tokens or p.bulk for p in plans)
                 end = start = now
                 if executed:
                     start = max(now, self.stage_free[0])
@@ -245,6 +267,7 @@ class EngineCore:
                         t = max(t, self.stage_free[i]) + s
                         self.stage_free[i] = t
                     end = t
+                    self.last_step_seconds = end - start
                     self.steps += 1
                     if self.record:
                         self._record(plans, end, end - start)
@@ -274,7 +297,7 @@ class EngineCore:
         """``update_from_output`` for every rank's part of the batch, at ``now`` (the batch's end)."""
         spec = self.spec
         for sched, plan in zip(self.ranks, batch.plans, strict=True):
-            if not plan.num_scheduled_tokens and not plan.finished_before:
+            if not plan.num_scheduled_tokens and not plan.finished_before and not plan.bulk:
                 sched.update_from_output(plan, {})
                 continue
             if spec is None:
@@ -285,6 +308,8 @@ class EngineCore:
                     extra = 0 if rid in plan.pad_spec else spec.accepted(plan.spec_tokens.get(rid, 0))
                     generated[rid] = 1 + extra
             finished = sched.update_from_output(plan, generated)
+            if plan.bulk:
+                sched.bulk_times[plan.index] = now
             if self.on_tokens is not None:
                 self.on_tokens(sched.delivered, now)
             if self.on_finish is not None:
@@ -305,6 +330,7 @@ class EngineCore:
                 tokens += n
                 if rid in plan.prefill:
                     prefill += n
+            tokens += plan.bulk
         tl.t.append(end)
         tl.running.append(running)
         tl.waiting.append(waiting)

@@ -50,6 +50,8 @@ def _steady_head(sched: Scheduler, asynchronous: bool) -> tuple[bool, int | None
         return False, None
     ph = 1 if asynchronous else 0
     for r in sched.running:
+        if r.park_start >= 0:
+            continue  # a parked decoder is steady until it is stepped again (Scheduler._park)
         if (r.is_prefill_chunk or r.num_output_placeholders != ph or r.spec_tokens or r.num_stale_output_tokens
                 or r.num_in_flight_tokens != ph or r.status is not Status.RUNNING):
             return False, None
@@ -200,6 +202,31 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
         return None
     ranks: list[Scheduler] = core.ranks
     windowed = any(g.kind == SLIDING for g in ranks[0].kv.groups)
+    if any(s.parked for s in ranks):
+        # Parked decoders: step them again only when the run looks possible (room for MIN_RUN steps of the last
+        # one's length before the horizon, every other request steady, the waiting queue's head blocked, nobody
+        # near the end), as unparking costs about a step.
+        if asynchronous and (len(core.queue) != 1 or not core.queue[0].executed):
+            return None
+        if not asynchronous and core.queue:
+            return None
+        last = core.queue[0].end if asynchronous else now
+        if horizon < last + MIN_RUN * core.last_step_seconds:
+            return None
+        for i, sched in enumerate(ranks):
+            if asynchronous:
+                plan = core.queue[0].plans[i]
+                if plan.prefill or plan.spec_tokens or len(plan.num_scheduled_tokens) + plan.bulk != len(
+                        sched.running):
+                    return None
+            if not _steady_head(sched, asynchronous)[0]:
+                return None
+            # (a parked request is at least four steps from its end: Scheduler._park)
+            if min((r.max_tokens - r.num_output_tokens for r in sched.running if r.park_start < 0),
+                   default=MIN_RUN + 3) - 3 < MIN_RUN:
+                return None
+        for sched in ranks:
+            sched.unpark_all()
     if asynchronous:
         if len(core.queue) != 1:
             return None
@@ -338,6 +365,7 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
     for si, sched in enumerate(ranks):
         kv = sched.kv
         kv.forget_limits()
+        sched._pending.clear()  # the batch in flight was applied here, not updated (nobody is parked)
         sched.finished_req_ids = []
         lookahead = sched.config.num_lookahead_tokens
         if events is None:

@@ -33,6 +33,7 @@ class SimRequest:
         "drop_stale_output", "spec_tokens", "is_prefill_chunk", "hash_floor", "status", "num_preemptions", "remote_prefill",
         "kv_ready", "rank", "t_send", "t_arrive", "t_first", "t_last", "token_times", "token_counts",
         "pending_send", "client", "warmup", "prefill_done_at", "transfer_s", "target", "partner", "front_scale",
+        "park_start", "park_expiry",
     )
 
     def __init__(self, rid: str, num_prompt_tokens: int, max_tokens: int, *, index: int = 0,
@@ -72,6 +73,10 @@ class SimRequest:
         self.target = 0  # the DP target inside its engine (the load balancer's index)
         self.partner: SimRequest | None = None  # P/D: the prefill request of a decode request, and back
         self.front_scale = 1.0  # this request's front-end time over the mean (the spread's draw)
+        # Parked (Scheduler.park): the first plan it is counted in without its own entry, -1 when not parked;
+        # the plan before which it must be stepped again.
+        self.park_start = -1
+        self.park_expiry = -1
 
     @property
     def num_tokens(self) -> int:

@@ -30,6 +30,17 @@ named for the place in vLLM it comes from (the tests in ``tests/test_sim_schedul
 6. **Finishing** (``update_from_output``, ``check_stop``): a request stops at ``max_tokens`` output tokens (the
    benchmarks' ``ignore_eos``) or ``max_model_len`` tokens; its blocks go back to the pool at once.
 
+**Parked decoders** (not a vLLM rule, the simulator's shortcut; off unless ``park`` is set, as
+``EngineCore.fast`` sets it): a request that decodes one token per step changes nothing but its counters until
+it needs a new block, fills a block whose hash must be recorded, or nears its last token, and each of those is
+a known number of steps away. Such a request is *parked* for those steps: the running loop counts its token and
+its context (:attr:`StepPlan.bulk`, :attr:`StepPlan.bulk_context`) at its place in the queue without giving it an
+entry of its own, and its counters and token times are brought up to date when it is stepped again
+(:meth:`Scheduler._unpark`: at its expiry, when the budget runs out before its place, when it is preempted, or
+before a bulk decode run). With many clients every step admits someone, so the bulk decode runs of
+:mod:`pdtune.sim.fastpath` do not apply, while most running requests are parked in most steps.
+``tests/test_sim_run.py`` checks that runs with and without it give the same results, request by request.
+
 Not followed (not used by the harnesses pdtune reads): priority scheduling, LoRA, encoder inputs, structured
 output, streaming input, pause states, the KV-connector failure paths, the V2 model runner's PP decode
 cadence, DP prefill throttling (``prefill_schedule_interval`` 1).
@@ -107,6 +118,9 @@ class StepPlan:
     prefill: set[str] = field(default_factory=set)
     sampling: list[str] = field(default_factory=list)  # requests whose step samples a token
     loads: list[str] = field(default_factory=list)  # P/D decode side: requests whose KV load starts with the step
+    index: int = -1  # the scheduler's count of plans before this one (-1: a bulk decode run's)
+    bulk: int = 0  # parked requests, one decode token each, not in num_scheduled_tokens
+    bulk_context: int = 0  # their tokens computed before the step, summed
 
     @property
     def total_tokens(self) -> int:
@@ -153,6 +167,14 @@ class Scheduler:
         # them (NixlConnector.request_finished asks to delay the free); release() frees them.
         self.hold_finished = False
         self.held: dict[str, SimRequest] = {}
+        # Parked decoders (the module's last rule).
+        self.park = False
+        self.parked = 0
+        self.n_sched = 0  # plans scheduled (the next plan's index)
+        self.n_updated = 0  # one past the last plan updated
+        self._expiry: dict[int, list[SimRequest]] = {}
+        self._pending: dict[int, StepPlan] = {}  # plans scheduled and not yet updated
+        self.bulk_times: dict[int, float] = {}  # plan index -> when its tokens reached the clients (the engine's)
 
     # ---------------------------------------------------------------------------------- queues
 
@@ -231,6 +253,12 @@ class Scheduler:
 
         num_running, num_waiting = self.get_request_counts()
         threshold = cfg.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
+        step = self.n_sched
+        if self.parked:
+            for request in self._expiry.pop(step, ()):
+                if request.park_expiry == step and request.park_start >= 0:
+                    self._unpark(request, step)
+        bulk = bulk_context = 0
 
         running = self.running
         prefill_lookahead = cfg.num_prefill_lookahead  # 0 without a drafter: skip the call, a hot loop
@@ -246,6 +274,14 @@ class Scheduler:
             request = running[index]
             if input_budget <= draft_slots:
                 break
+            if request.park_start >= 0:
+                # A parked decoder: one token, its blocks hold the slot, no hash to record (see _park).
+                bulk += 1
+                bulk_context += request.num_computed_tokens + step - request.park_start
+                token_budget -= 1
+                input_budget -= 1 + draft_slots
+                index += 1
+                continue
             if (request.num_output_placeholders > 0
                     and request.num_computed_tokens + 2 - request.num_output_placeholders
                     >= request.num_prompt_tokens + request.max_tokens):
@@ -296,6 +332,8 @@ class Scheduler:
                         ok = True
                         break
                     victim = running.pop()  # the newest running request
+                    if victim.park_start >= 0:
+                        self._unpark(victim, step)
                     self._preempt(victim)
                     preempted.append(victim.rid)
                     if victim is request:
@@ -318,6 +356,12 @@ class Scheduler:
                 if spec > 0:
                     spec_scheduled[request.rid] = min(request.spec_tokens, spec)
                 request.spec_tokens = 0
+
+        if self.parked and index < len(running):
+            # The budget ran out before these: not scheduled this step, so stepped again from the next.
+            for request in running[index:]:
+                if request.park_start >= 0:
+                    self._unpark(request, step)
 
         loads: list[str] = []
         if not preempted:
@@ -418,9 +462,104 @@ class Scheduler:
 
         assert len(running) <= cfg.max_num_seqs
         plan = StepPlan(scheduled, spec_scheduled, pad_spec, new_ids, resumed_ids, preempted,
-                        self.finished_req_ids, not drafts_needed, context, prefill, loads=loads)
+                        self.finished_req_ids, not drafts_needed, context, prefill, loads=loads, index=step,
+                        bulk=bulk, bulk_context=bulk_context)
         self._update_after_schedule(plan)
+        self.n_sched = step + 1
+        if self.park:
+            self._pending[step] = plan
+            if not cfg.num_spec_tokens:
+                for request in scheduled_running:
+                    if scheduled[request.rid] == 1 and request.rid not in prefill:
+                        self._park(request, step)
         return plan
+
+    # ------------------------------------------------------------------------------ parked decoders
+
+    def _park(self, request: SimRequest, step: int) -> None:
+        """Park ``request``, just scheduled for one decode token in plan ``step``, for the next ``m`` plans: as
+        many as keep every rule of the running loop and of ``update_from_output`` a no-op for it but the counters
+        (its blocks hold the slots, no full block to hash, its last tokens and ``max_model_len`` at least four
+        steps off, as the fast path's runs stop three before)."""
+        if (request.status is not RUNNING or request.is_prefill_chunk or request.spec_tokens
+                or request.num_stale_output_tokens):
+            return
+        kv = self.kv
+        cfg = self.config
+        c = request.num_computed_tokens  # after this step; the j-th parked step schedules slot c + j (+ lookahead)
+        if kv._full_only:
+            cap = None
+            for per, block in kv._full_groups:
+                rb = per.get(request.rid)
+                if rb is None:
+                    return
+                held = rb.n * block
+                cap = held if cap is None or held < cap else cap
+            m = cap - c - cfg.num_lookahead_tokens
+        else:
+            limits = kv._quiet.get(request.rid)
+            if limits is None:
+                return
+            m = min(limits[0] - c - cfg.num_lookahead_tokens, limits[1] - c - 1)
+        if kv.enable_caching:
+            if not request.hash_floor:
+                return
+            # cache_blocks hashes nothing while its tokens (at most c + j) stay below the floor
+            m = min(m, request.hash_floor + kv.num_reprefillable_tokens - c - 2)
+        m = min(m, request.num_prompt_tokens + request.max_tokens - c - 4, cfg.max_model_len - c - 4)
+        if m < 2:
+            return
+        request.park_start = step + 1
+        request.park_expiry = expiry = step + 1 + m
+        self.parked += 1
+        due = self._expiry.get(expiry)
+        if due is None:
+            self._expiry[expiry] = [request]
+        else:
+            due.append(request)
+
+    def _unpark(self, request: SimRequest, step: int) -> None:
+        """Bring a parked request's counters to where plans ``park_start .. step - 1`` left them: the tokens
+        computed, the outputs of the plans already updated (with their times), and an entry of its own in the
+        plans still in flight (so their update treats it as any other request)."""
+        start = request.park_start
+        request.park_start = -1
+        self.parked -= 1
+        steps = step - start
+        request.num_computed_tokens += steps
+        done = min(self.n_updated, step) - start
+        if done > 0:
+            request.num_output_tokens += done
+            times = self.bulk_times
+            request.token_times.extend([times[i] for i in range(start, start + done)])
+            request.token_counts.extend([1] * done)
+        else:
+            done = 0
+        pending = steps - done
+        if pending:
+            request.num_in_flight_tokens += pending
+            if self.config.async_scheduling:
+                request.num_output_placeholders += pending
+            rid = request.rid
+            for i in range(step - pending, step):
+                plan = self._pending[i]
+                plan.num_scheduled_tokens[rid] = 1
+                plan.sampling.append(rid)
+
+    def unpark_all(self) -> None:
+        """Step every parked request again (before a bulk decode run, which reads every counter)."""
+        if self.parked:
+            step = self.n_sched
+            for request in self.running:
+                if request.park_start >= 0:
+                    self._unpark(request, step)
+        self._expiry.clear()
+
+    def output_tokens(self, request: SimRequest) -> int:
+        """A request's output tokens so far, a parked one's included."""
+        if request.park_start < 0:
+            return request.num_output_tokens
+        return request.num_output_tokens + max(0, min(self.n_updated, self.n_sched) - request.park_start)
 
     def _skip(self, queue: deque[SimRequest], skipped: deque[SimRequest], holding: deque[SimRequest]) -> None:
         request = queue.popleft()
@@ -480,6 +619,10 @@ class Scheduler:
         finished requests and free their blocks. ``generated[rid]``: tokens sampled for the request (absent or
         0 for a prompt chunk that samples nothing). Returns the requests that finished, and every request's
         delivered token count is in ``delivered`` (for the engine loop's clock)."""
+        if plan.index >= 0:
+            self.n_updated = plan.index + 1
+            if self._pending:
+                self._pending.pop(plan.index, None)
         finished: list[SimRequest] = []
         stopped_running: set[str] = set()
         stopped_waiting: set[str] = set()
