@@ -52,6 +52,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pdtune.errors import InputError
+from pdtune.sim.kvcache import RECURRENT as RECURRENT_GROUP
 from pdtune.sim.kvcache import KVCacheManager, KVLayout
 from pdtune.sim.request import SimRequest, Status
 
@@ -170,11 +171,13 @@ class Scheduler:
         # Parked decoders (the module's last rule).
         self.park = False
         self.parked = 0
+        self._no_recurrent = all(g.kind != RECURRENT_GROUP for g in layout.groups)
+        self.park_context = 0  # over parked requests, tokens computed when parked less the plan parked from
         self.n_sched = 0  # plans scheduled (the next plan's index)
         self.n_updated = 0  # one past the last plan updated
         self._expiry: dict[int, list[SimRequest]] = {}
         self._pending: dict[int, StepPlan] = {}  # plans scheduled and not yet updated
-        self.bulk_times: dict[int, float] = {}  # plan index -> when its tokens reached the clients (the engine's)
+        self.bulk_times: list[float] = []  # per plan index, when a plan with parked requests was updated (NaN: none)
 
     # ---------------------------------------------------------------------------------- queues
 
@@ -269,9 +272,18 @@ class Scheduler:
         caching = kv.enable_caching
         reprefillable = kv.num_reprefillable_tokens
         lookahead_tokens = cfg.num_lookahead_tokens
+        order = running
+        if self.parked and self._no_recurrent and inline and not prefill_lookahead and not draft_slots:
+            order = self._active_order(token_budget, input_budget)
+            if order is not running:
+                # Every request gets its whole step (see _active_order): the parked ones in bulk.
+                bulk = self.parked
+                bulk_context = self.park_context + bulk * step
+                token_budget -= bulk
+                input_budget -= bulk
         index = 0
-        while index < len(running) and token_budget > 0:
-            request = running[index]
+        while index < len(order) and token_budget > 0:
+            request = order[index]
             if input_budget <= draft_slots:
                 break
             if request.park_start >= 0:
@@ -357,7 +369,7 @@ class Scheduler:
                     spec_scheduled[request.rid] = min(request.spec_tokens, spec)
                 request.spec_tokens = 0
 
-        if self.parked and index < len(running):
+        if self.parked and order is running and index < len(running):
             # The budget ran out before these: not scheduled this step, so stepped again from the next.
             for request in running[index:]:
                 if request.park_start >= 0:
@@ -505,13 +517,21 @@ class Scheduler:
             if not request.hash_floor:
                 return
             # cache_blocks hashes nothing while its tokens (at most c + j) stay below the floor
-            m = min(m, request.hash_floor + kv.num_reprefillable_tokens - c - 2)
-        m = min(m, request.num_prompt_tokens + request.max_tokens - c - 4, cfg.max_model_len - c - 4)
+            limit = request.hash_floor + kv.num_reprefillable_tokens - c - 2
+            if limit < m:
+                m = limit
+        limit = request.num_prompt_tokens + request.max_tokens - c - 4
+        if limit < m:
+            m = limit
+        limit = cfg.max_model_len - c - 4
+        if limit < m:
+            m = limit
         if m < 2:
             return
         request.park_start = step + 1
         request.park_expiry = expiry = step + 1 + m
         self.parked += 1
+        self.park_context += c - step - 1
         due = self._expiry.get(expiry)
         if due is None:
             self._expiry[expiry] = [request]
@@ -525,13 +545,13 @@ class Scheduler:
         start = request.park_start
         request.park_start = -1
         self.parked -= 1
+        self.park_context -= request.num_computed_tokens - start
         steps = step - start
         request.num_computed_tokens += steps
-        done = min(self.n_updated, step) - start
+        done = (self.n_updated if self.n_updated < step else step) - start
         if done > 0:
             request.num_output_tokens += done
-            times = self.bulk_times
-            request.token_times.extend([times[i] for i in range(start, start + done)])
+            request.token_times.extend(self.bulk_times[start:start + done])
             request.token_counts.extend([1] * done)
         else:
             done = 0
@@ -545,6 +565,38 @@ class Scheduler:
                 plan = self._pending[i]
                 plan.num_scheduled_tokens[rid] = 1
                 plan.sampling.append(rid)
+
+    def _active_order(self, token_budget: int, input_budget: int) -> list[SimRequest]:
+        """The running requests that are not parked, in order, when the running loop can skip the parked ones
+        entirely: no request's tokens can be cut by the budget (all of them fit it) and no allocation can fail (the
+        blocks every request could take fit the free ones: nobody is preempted), so each request's outcome
+        does not depend on its place. Otherwise ``self.running``, walked one by one. Layouts of full-attention
+        and sliding-window groups (a window's frees only add free blocks, so the count is an upper bound there);
+        a recurrent group's blocks follow other rules, and its layouts are always walked."""
+        active = [r for r in self.running if r.park_start < 0]
+        demand = self.parked
+        blocks = 0
+        kv = self.kv
+        cfg = self.config
+        lookahead = cfg.num_lookahead_tokens
+        max_len = cfg.max_model_len
+        for r in active:
+            n = r.num_prompt_tokens + r.num_output_tokens + r.spec_tokens + r.num_output_placeholders - \
+                r.num_computed_tokens
+            if n <= 0:
+                continue
+            demand += n
+            slot = r.num_computed_tokens + n + lookahead
+            if slot > max_len:
+                slot = max_len
+            for per, block in kv._full_groups:
+                rb = per.get(r.rid)
+                need = -(-slot // block) - (rb.n if rb is not None else 0)
+                if need > 0:
+                    blocks += need
+        if demand > token_budget or demand > input_budget or blocks > kv.pool.num_free:
+            return self.running
+        return active
 
     def unpark_all(self) -> None:
         """Step every parked request again (before a bulk decode run, which reads every counter)."""
