@@ -221,9 +221,10 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
                     return None
             if not _steady_head(sched, asynchronous)[0]:
                 return None
-            # (a parked request is at least four steps from its end: Scheduler._park)
             if min((r.max_tokens - r.num_output_tokens for r in sched.running if r.park_start < 0),
                    default=MIN_RUN + 3) - 3 < MIN_RUN:
+                return None
+            if sched.parked_near_end(MIN_RUN + 3):
                 return None
         for sched in ranks:
             sched.unpark_all()

@@ -11,6 +11,7 @@ last token). ``tps_per_user`` is ``1000 / median TPOT`` (design.md's schema). Ev
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,8 +85,13 @@ class SimResult:
     def values(self, metric: str) -> np.ndarray:
         """Seconds of ``ttft``, ``tpot``, ``e2e`` per request, or every ``itl`` gap."""
         if metric == "itl":
-            gaps = [r.itls for r in self.records]
-            return np.concatenate(gaps) if gaps else np.zeros(0)
+            # Every request's gaps at once: one diff over all chunk times, less the gaps between requests.
+            records = self.records
+            if not records:
+                return np.zeros(0)
+            times = np.fromiter(itertools.chain.from_iterable(r.chunks for r in records), dtype=float)
+            ends = np.cumsum([len(r.chunks) for r in records])
+            return np.delete(np.diff(times), ends[:-1] - 1)
         if metric == "tpot":
             return np.asarray([r.tpot for r in self.records if r.osl > 1], dtype=float)
         return np.asarray([getattr(r, metric) for r in self.records], dtype=float)
@@ -103,13 +109,19 @@ class SimResult:
         return sum(r.isl for r in self.records)
 
     def stats(self) -> dict[str, float]:
-        """Median, p90, p99 (and mean) of TTFT, TPOT, ITL and E2E in ms; throughputs in tokens/s."""
+        """Median, p90, p99 (and mean) of TTFT, TPOT, ITL and E2E in ms; throughputs in tokens/s (computed once
+        per set of records: a row's summary and its tidy row both read them)."""
+        key = (id(self.records), len(self.records), self.duration_s)
+        cached = self.__dict__.get("_stats")
+        if cached is not None and cached[0] == key:
+            return dict(cached[1])
         out: dict[str, float] = {"requests": float(len(self.records)), "duration_s": self.duration_s}
         for metric in ("ttft", "tpot", "itl", "e2e"):
             v = self.values(metric)
             out[f"{metric}_ms_mean"] = float(v.mean()) * 1e3 if v.size else math.nan
-            for p in PERCENTILES:
-                out[f"{metric}_ms_p{p}"] = float(np.percentile(v, p)) * 1e3 if v.size else math.nan
+            qs = np.percentile(v, PERCENTILES) if v.size else [math.nan] * len(PERCENTILES)
+            for p, q in zip(PERCENTILES, qs, strict=True):
+                out[f"{metric}_ms_p{p}"] = float(q) * 1e3
         d = self.duration_s
         out["output_tps"] = self.output_tokens / d if d > 0 else math.nan
         out["total_tps"] = (self.output_tokens + self.input_tokens) / d if d > 0 else math.nan
@@ -119,6 +131,7 @@ class SimResult:
         out["tps_per_user"] = 1000.0 / out["tpot_ms_p50"] if out["tpot_ms_p50"] > 0 else math.nan
         out["preemptions"] = float(self.preemptions)
         out["steps"] = float(self.steps)
+        self.__dict__["_stats"] = (key, dict(out))
         return out
 
     # -------------------------------------------------------------------------------- outputs

@@ -257,10 +257,15 @@ class Scheduler:
         num_running, num_waiting = self.get_request_counts()
         threshold = cfg.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
         step = self.n_sched
+        renew: list[SimRequest] = []
         if self.parked:
+            renewable = kv._full_only and not kv.enable_caching
             for request in self._expiry.pop(step, ()):
                 if request.park_expiry == step and request.park_start >= 0:
-                    self._unpark(request, step)
+                    if renewable and self._finish_room(request, step) >= 2:
+                        renew.append(request)  # only its blocks ran out: it may take one and stay parked
+                    else:
+                        self._unpark(request, step)
         bulk = bulk_context = 0
 
         running = self.running
@@ -274,13 +279,18 @@ class Scheduler:
         lookahead_tokens = cfg.num_lookahead_tokens
         order = running
         if self.parked and self._no_recurrent and inline and not prefill_lookahead and not draft_slots:
-            order = self._active_order(token_budget, input_budget)
+            order = self._active_order(token_budget, input_budget, renew, step)
             if order is not running:
+                for request in renew:
+                    self._renew(request, step)
                 # Every request gets its whole step (see _active_order): the parked ones in bulk.
                 bulk = self.parked
                 bulk_context = self.park_context + bulk * step
                 token_budget -= bulk
                 input_budget -= bulk
+        if renew and order is running:
+            for request in renew:
+                self._unpark(request, step)
         index = 0
         while index < len(order) and token_budget > 0:
             request = order[index]
@@ -566,7 +576,45 @@ class Scheduler:
                 plan.num_scheduled_tokens[rid] = 1
                 plan.sampling.append(rid)
 
-    def _active_order(self, token_budget: int, input_budget: int) -> list[SimRequest]:
+    def _finish_room(self, request: SimRequest, step: int) -> int:
+        """Plans a parked request can stay parked for after plan ``step`` for its last tokens and
+        ``max_model_len`` (as in :meth:`_park`)."""
+        c = request.num_computed_tokens + step - request.park_start + 1
+        return min(request.num_prompt_tokens + request.max_tokens - c - 4, self.config.max_model_len - c - 4)
+
+    def _renew(self, request: SimRequest, step: int) -> None:
+        """A parked request whose blocks run out with plan ``step`` takes its new block where the running loop
+        would (``_allocate_full``; no hash to record: prefix caching is off) and stays parked for the plans its
+        blocks hold next. Only when no allocation can fail and no budget cut can happen (:meth:`_active_order`),
+        so that taking it before the other requests' blocks changes nothing (the pool hands out counts)."""
+        kv = self.kv
+        cfg = self.config
+        c = request.num_computed_tokens + step - request.park_start  # computed before this step
+        slot = c + 1 + cfg.num_lookahead_tokens
+        if slot > cfg.max_model_len:
+            slot = cfg.max_model_len
+        cap = None
+        for per, block in kv._full_groups:
+            rb = per[request.rid]
+            new = -(-slot // block) - rb.n
+            if new > 0:
+                kv.pool.take(new)
+                rb.n += new
+            held = rb.n * block
+            cap = held if cap is None or held < cap else cap
+        m = cap - c - 1 - cfg.num_lookahead_tokens
+        room = self._finish_room(request, step)
+        if room < m:
+            m = room
+        request.park_expiry = expiry = step + 1 + max(m, 0)
+        due = self._expiry.get(expiry)
+        if due is None:
+            self._expiry[expiry] = [request]
+        else:
+            due.append(request)
+
+    def _active_order(self, token_budget: int, input_budget: int, renew: list[SimRequest],
+                      step: int) -> list[SimRequest]:
         """The running requests that are not parked, in order, when the running loop can skip the parked ones
         entirely: no request's tokens can be cut by the budget (all of them fit it) and no allocation can fail (the
         blocks every request could take fit the free ones: nobody is preempted), so each request's outcome
@@ -580,6 +628,14 @@ class Scheduler:
         cfg = self.config
         lookahead = cfg.num_lookahead_tokens
         max_len = cfg.max_model_len
+        for r in renew:  # one token each, counted with the parked; the blocks their next slot needs
+            slot = r.num_computed_tokens + step - r.park_start + 1 + lookahead
+            if slot > max_len:
+                slot = max_len
+            for per, block in kv._full_groups:
+                need = -(-slot // block) - per[r.rid].n
+                if need > 0:
+                    blocks += need
         for r in active:
             n = r.num_prompt_tokens + r.num_output_tokens + r.spec_tokens + r.num_output_placeholders - \
                 r.num_computed_tokens
@@ -606,6 +662,16 @@ class Scheduler:
                 if request.park_start >= 0:
                     self._unpark(request, step)
         self._expiry.clear()
+
+    def parked_near_end(self, left: int) -> bool:
+        """Whether a parked request has fewer than ``left`` output tokens to go. A request is parked at least
+        four plans short of its end (:meth:`_park`), so only those due within ``left`` plans can be."""
+        step = self.n_sched
+        for due in range(step, step + left):
+            for r in self._expiry.get(due, ()):
+                if r.park_start >= 0 and r.park_expiry == due and r.max_tokens - self.output_tokens(r) < left:
+                    return True
+        return False
 
     def output_tokens(self, request: SimRequest) -> int:
         """A request's output tokens so far, a parked one's included."""
