@@ -375,12 +375,16 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
             # Block by block in the scheduler's order: out-of-window blocks back to the pool (hashed ones to the
             # back of the free queue, unhashed to its front, as _free_range puts them), new ones from its front.
             anonymous = kv.enable_caching
+            takes = 0  # consecutive new blocks, taken at once (the same blocks from the same queue front)
             for step, pos, kind, gi in events[si]:
                 if step >= m:
                     break
                 if kind:
-                    kv.pool.take(1)
+                    takes += 1
                 else:
+                    if takes:
+                        kv.pool.take(takes)
+                        takes = 0
                     rb = kv.req[gi][sched.running[pos].rid]
                     # Behind the window every block is full and hashed (the hashes run a block or two behind
                     # the newest token) when prefix caching is on; none is without it.
@@ -389,6 +393,8 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
                     else:
                         kv.pool.give_unhashed(1)
                     rb.nulls += 1
+            if takes:
+                kv.pool.take(takes)
         full = [(gi, g.block_size) for gi, g in enumerate(kv.groups) if g.kind in (FULL, SLIDING)]
         for r in sched.running:
             r.num_computed_tokens += m

@@ -259,7 +259,7 @@ class Scheduler:
         step = self.n_sched
         renew: list[SimRequest] = []
         if self.parked:
-            renewable = kv._full_only and not kv.enable_caching
+            renewable = self._no_recurrent and not kv.enable_caching
             for request in self._expiry.pop(step, ()):
                 if request.park_expiry == step and request.park_start >= 0:
                     if renewable and self._finish_room(request, step) >= 2:
@@ -583,13 +583,27 @@ class Scheduler:
         return min(request.num_prompt_tokens + request.max_tokens - c - 4, self.config.max_model_len - c - 4)
 
     def _renew(self, request: SimRequest, step: int) -> None:
-        """A parked request whose blocks run out with plan ``step`` takes its new block where the running loop
-        would (``_allocate_full``; no hash to record: prefix caching is off) and stays parked for the plans its
+        """A parked request whose blocks run out with plan ``step`` (or, in a sliding window, whose oldest block
+        leaves the window) takes its new block and frees the old one where the running loop would
+        (``allocate_slots``; no hash to record: prefix caching is off) and stays parked for the plans its
         blocks hold next. Only when no allocation can fail and no budget cut can happen (:meth:`_active_order`),
-        so that taking it before the other requests' blocks changes nothing (the pool hands out counts)."""
+        so that doing it before the other requests' allocations changes nothing (without prefix caching the free
+        queue holds no hashes: the pool hands out and takes back counts)."""
         kv = self.kv
         cfg = self.config
         c = request.num_computed_tokens + step - request.park_start  # computed before this step
+        if not kv._full_only:
+            # allocate_slots itself, on the counters the running loop would see (then the parked ones again)
+            stale = request.num_computed_tokens, request.num_in_flight_tokens
+            request.num_computed_tokens = c
+            request.num_in_flight_tokens += max(0, step - max(self.n_updated, request.park_start))
+            ok = kv.allocate_slots(request, 1, num_lookahead_tokens=cfg.num_lookahead_tokens)
+            request.num_computed_tokens, request.num_in_flight_tokens = stale
+            assert ok, "_active_order counted the blocks"
+            slot, processed = kv._quiet[request.rid]
+            m = min(slot - c - 1 - cfg.num_lookahead_tokens, processed - c - 2, self._finish_room(request, step))
+            self._rewindow(request, step, m)
+            return
         slot = c + 1 + cfg.num_lookahead_tokens
         if slot > cfg.max_model_len:
             slot = cfg.max_model_len
@@ -606,6 +620,10 @@ class Scheduler:
         room = self._finish_room(request, step)
         if room < m:
             m = room
+        self._rewindow(request, step, m)
+
+    def _rewindow(self, request: SimRequest, step: int, m: int) -> None:
+        """A renewed request stays parked for ``m`` plans after plan ``step``."""
         request.park_expiry = expiry = step + 1 + max(m, 0)
         due = self._expiry.get(expiry)
         if due is None:
