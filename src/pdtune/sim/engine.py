@@ -152,20 +152,24 @@ class EngineCore:
         if self._d_min is None:
             self._d_min = sum(self.cost.stage_seconds(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 1, 0))
         per_update = 1 + self.k
-        least = None
+        fewest = math.inf  # the fewest output tokens any request has left (ceil(x / K) grows with x)
         for sched in self.ranks:
-            out = sched.output_tokens
             for queue in (sched.running, sched.waiting, sched.kv_holding_waiting):
-                for r in queue:
-                    left = -(-(r.max_tokens - out(r)) // per_update)
-                    if least is None or left < least:
-                        least = left
+                if not queue:
+                    continue
+                if not sched.parked or queue is not sched.running:
+                    left = min(r.max_tokens - r.num_output_tokens for r in queue)
+                else:
+                    out = sched.output_tokens
+                    left = min(r.max_tokens - out(r) for r in queue)
+                if left < fewest:
+                    fewest = left
         for _, _, r in self.inputs:
-            left = -(-(r.max_tokens - r.num_output_tokens) // per_update)
-            if least is None or left < least:
-                least = left
-        if least is None:
+            if r.max_tokens - r.num_output_tokens < fewest:
+                fewest = r.max_tokens - r.num_output_tokens
+        if fewest == math.inf:
             return math.inf  # nothing to finish until a request arrives (an event the clock holds)
+        least = -(-int(fewest) // per_update)
         return wake_at + max(least - 1, 0) * self._d_min
 
     def next_input_time(self) -> float:
