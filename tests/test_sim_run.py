@@ -215,14 +215,14 @@ def test_the_fast_path_is_exact_with_sliding_windows_under_kv_pressure(caching: 
                           (True, False, "gpt-oss-120b", "TP1", 0.9)])
 def test_parked_decoders_give_the_same_run(asynchronous: bool, caching: bool | None, model: str, topology: str,
                                            util: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Scheduler.park: with 48 clients and a spread of output lengths a request finishes and another is admitted
+    """pdtune.sim.parking: with 48 clients and a spread of output lengths a request finishes and another is admitted
     almost every step, so bulk decode runs seldom apply, and most decode tokens are scheduled for parked requests
     (counted here through StepPlan.bulk). The run is the same, request by request and step by step, as stepping
     every request: sync and async scheduling, prefix caching on and off, a KV cache small enough that requests
     are preempted and find their own hashed blocks again when resumed (0.13 of an H200 leaves 1,246 blocks of
     16 tokens for 48 requests of up to 560 tokens), an MoE model's lockstep DP ranks, and
     gpt-oss-120b's sliding-window groups. With prefix caching off a parked request whose blocks run out takes the
-    next one in place and stays parked (Scheduler._renew)."""
+    next one in place and stays parked (ParkedDecoders._renew)."""
     from pdtune.sim.scheduler import Scheduler
 
     engine = build_engine(load_model(model), load_gpu("h200"), parse_topology(topology), isl=400, osl=160,
