@@ -313,7 +313,7 @@ class EngineCore:
                     generated[rid] = 1 + extra
             finished = sched.update_from_output(plan, generated)
             if plan.bulk:
-                # when its parked requests' tokens reached the clients (Scheduler._unpark reads them by index)
+                # when its parked requests' tokens reached the clients (ParkedDecoders._unpark reads them by index)
                 times = sched.bulk_times
                 if len(times) < plan.index:
                     times.extend([math.nan] * (plan.index - len(times)))

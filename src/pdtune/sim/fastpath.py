@@ -51,7 +51,7 @@ def _steady_head(sched: Scheduler, asynchronous: bool) -> tuple[bool, int | None
     ph = 1 if asynchronous else 0
     for r in sched.running:
         if r.park_start >= 0:
-            continue  # a parked decoder is steady until it is stepped again (Scheduler._park)
+            continue  # a parked decoder is steady until it is stepped again (pdtune.sim.parking)
         if (r.is_prefill_chunk or r.num_output_placeholders != ph or r.spec_tokens or r.num_stale_output_tokens
                 or r.num_in_flight_tokens != ph or r.status is not Status.RUNNING):
             return False, None

@@ -242,7 +242,7 @@ class Scheduler(ParkedDecoders):
         threshold = cfg.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
         step = self.n_sched
         renew: list[SimRequest] = []
-        if self.parked:
+        if self._expiry:  # popped even when nobody is parked now, so no stale list keeps its requests alive
             renewable = self._no_recurrent and not kv.enable_caching
             for request in self._expiry.pop(step, ()):
                 if request.park_expiry == step and request.park_start >= 0:
