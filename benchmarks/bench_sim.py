@@ -5,7 +5,9 @@ A closed-loop run of 640 requests, OSL 128, 64 clients (``vllm bench serve --max
 process (``time.process_time``: this machine's cores are shared, and wall time counts the neighbours' work), the
 best of a few repeats, each with a fresh step-cost cache (nothing carried over between runs). Also printed:
 the same run with the fast path off (every step through the scheduler), the reuse of a step-cost cache with
-other factors (a calibration trial), and two other shapes for reference.
+other factors (a calibration trial), two other shapes for reference, and a run with many clients where a request
+finishes and another is admitted in almost every step (so bulk decode runs seldom apply), with and without parked
+decoders (``pdtune.sim.parking``), checked to give the same requests.
 """
 
 from __future__ import annotations
@@ -60,6 +62,20 @@ def main() -> int:
         w = closed_loop(c, isl, osl, num_prompts=n)
         t2 = cpu_best(lambda e=e, w=w: simulate(e, w, efficiency=eff), repeats=1)
         print(f"  {model} {topo}, {n} requests, ISL {isl}, OSL {osl}, {c} clients: {t2:.3f} s CPU")
+    # Many clients, spread output lengths, prefix caching off (as InferenceX launches its servers): parked decoders.
+    many = closed_loop(512, 1024, 1024, num_prompts=1024, range_ratio=0.8, harness="sa-bench")
+    cfg0 = SimConfig(enable_prefix_caching=False)
+    runs = {}
+    for name, cfg in (("fast", cfg0), ("stepped", replace(cfg0, fast_path=False))):
+        start = time.process_time()
+        runs[name] = simulate(engine, many, efficiency=eff, config=cfg)
+        runs[name + "_s"] = time.process_time() - start
+    same = [r.chunks for r in runs["fast"].records] == [r.chunks for r in runs["stepped"].records]
+    print(f"  512 clients, 1,024 requests (and warm-ups), ISL 1024, OSL 1024 x U(0.8, 1), prefix caching off: "
+          f"{runs['fast_s']:.2f} s CPU with the fast path (bulk decode runs and parked decoders), "
+          f"{runs['stepped_s']:.2f} s stepping every request "
+          f"(fast path off); the same requests: {'yes' if same else 'NO'}")
+    failed = failed or not same
     return 1 if failed else 0
 
 
