@@ -313,12 +313,7 @@ class EngineCore:
                     generated[rid] = 1 + extra
             finished = sched.update_from_output(plan, generated)
             if plan.bulk:
-                # when its parked requests' tokens reached the clients (ParkedDecoders._unpark reads them by index)
-                times = sched.bulk_times
-                if len(times) < plan.index:
-                    times.extend([math.nan] * (plan.index - len(times)))
-                assert len(times) == plan.index, "plans are updated in the order they were scheduled"
-                times.append(now)
+                sched.bulk_delivered(plan, now)
             if self.on_tokens is not None:
                 self.on_tokens(sched.delivered, now)
             if self.on_finish is not None:

@@ -19,6 +19,7 @@ The state lives on the :class:`~pdtune.sim.scheduler.Scheduler` (this class is i
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pdtune.sim.kvcache import RECURRENT, KVCacheManager, KVLayout
@@ -205,6 +206,15 @@ class ParkedDecoders:
         if demand > token_budget or demand > input_budget or blocks > self.kv.pool.num_free:
             return self.running
         return active
+
+    def bulk_delivered(self, plan: Any, now: float) -> None:
+        """The engine updated ``plan``, which had parked requests, at ``now``: their tokens reached the clients
+        then (:meth:`_unpark` reads the time by the plan's index)."""
+        times = self.bulk_times
+        if len(times) < plan.index:
+            times.extend([math.nan] * (plan.index - len(times)))
+        assert len(times) == plan.index, "plans are updated in the order they were scheduled"
+        times.append(now)
 
     def unpark_all(self) -> None:
         """Step every parked request again (before a bulk decode run, which reads every counter)."""
