@@ -202,14 +202,15 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
         return None
     ranks: list[Scheduler] = core.ranks
     windowed = any(g.kind == SLIDING for g in ranks[0].kv.groups)
+    if asynchronous:
+        if len(core.queue) != 1 or not core.queue[0].executed:
+            return None
+    elif core.queue:
+        return None
     if any(s.parked for s in ranks):
         # Parked decoders: step them again only when the run looks possible (room for MIN_RUN steps of the last
         # one's length before the horizon, every other request steady, the waiting queue's head blocked, nobody
         # near the end), as unparking costs about a step.
-        if asynchronous and (len(core.queue) != 1 or not core.queue[0].executed):
-            return None
-        if not asynchronous and core.queue:
-            return None
         last = core.queue[0].end if asynchronous else now
         if horizon < last + MIN_RUN * core.last_step_seconds:
             return None
@@ -229,11 +230,7 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
         for sched in ranks:
             sched.unpark_all()
     if asynchronous:
-        if len(core.queue) != 1:
-            return None
         prev = core.queue[0]
-        if not prev.executed:
-            return None
         for sched, plan in zip(ranks, prev.plans, strict=True):
             scheduled = plan.num_scheduled_tokens
             if plan.prefill or plan.spec_tokens or len(plan.sampling) != len(sched.running) or len(
@@ -241,8 +238,6 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
                 return None
             if any(scheduled.get(r.rid) != 1 for r in sched.running):
                 return None
-    elif core.queue:
-        return None
     heads = [_steady_head(s, asynchronous) for s in ranks]
     if not all(ok for ok, _ in heads):
         return None
