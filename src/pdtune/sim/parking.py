@@ -47,64 +47,49 @@ class ParkedDecoders:
         self.bulk_times: list[float] = []  # per plan index, when a plan with parked requests was updated (NaN: none)
 
     def _park(self, request: SimRequest, step: int) -> None:
-        """Park ``request``, just scheduled for one decode token in plan ``step``, for as many plans as
-        :meth:`_parkable_steps` allows (at least two)."""
+        """Park ``request``, just scheduled for one decode token in plan ``step``, for the next ``m`` plans: as
+        many as keep every rule of the running loop and of ``update_from_output`` a no-op for it but the counters
+        (its blocks hold the slots, no full block to hash, its last tokens and ``max_model_len`` at least four
+        steps off, as the fast path's runs stop three before)."""
         if (request.status is not RUNNING or request.is_prefill_chunk or request.spec_tokens
                 or request.num_stale_output_tokens):
             return
-        c = request.num_computed_tokens  # after this step
-        m = self._parkable_steps(request, c)
-        if m is None or m < 2:
-            return
-        request.park_start = step + 1
-        self.parked += 1
-        self.park_context += c - step - 1
-        self._expire_after(request, step, m)
-
-    def _parkable_steps(self, request: SimRequest, c: int) -> int | None:
-        """How many plans a request with ``c`` tokens computed can stay parked for: as many as keep every rule of
-        the running loop and of ``update_from_output`` a no-op for it but the counters (its blocks hold the slots,
-        no full block to hash, its last tokens and ``max_model_len`` at least four steps off, as the fast path's
-        runs stop three before); None when its blocks or hashes are not known yet. The ``j``-th parked plan
-        schedules slot ``c + j`` (plus the lookahead)."""
         kv = self.kv
         cfg = self.config
+        c = request.num_computed_tokens  # after this step; the j-th parked step schedules slot c + j (+ lookahead)
         if kv._full_only:
             cap = None
             for per, block in kv._full_groups:
                 rb = per.get(request.rid)
                 if rb is None:
-                    return None
+                    return
                 held = rb.n * block
                 cap = held if cap is None or held < cap else cap
             m = cap - c - cfg.num_lookahead_tokens
         else:
             limits = kv._quiet.get(request.rid)
             if limits is None:
-                return None
+                return
             m = min(limits[0] - c - cfg.num_lookahead_tokens, limits[1] - c - 1)
         if kv.enable_caching:
             if not request.hash_floor:
-                return None
+                return
             # cache_blocks hashes nothing while its tokens (at most c + j) stay below the floor
             limit = request.hash_floor + kv.num_reprefillable_tokens - c - 2
             if limit < m:
                 m = limit
-        limit = self._room(request, c)
-        return limit if limit < m else m
-
-    def _room(self, request: SimRequest, c: int) -> int:
-        """Plans before a request with ``c`` tokens computed comes within four of its last token or of
-        ``max_model_len``."""
-        return min(request.num_prompt_tokens + request.max_tokens - c - 4, self.config.max_model_len - c - 4)
-
-    def _computed(self, request: SimRequest, step: int) -> int:
-        """A parked request's tokens computed before plan ``step``."""
-        return request.num_computed_tokens + step - request.park_start
-
-    def _expire_after(self, request: SimRequest, step: int, m: int) -> None:
-        """A parked request stays parked for ``m`` plans after plan ``step``, and is due again at the next."""
-        request.park_expiry = expiry = step + 1 + max(m, 0)
+        limit = request.num_prompt_tokens + request.max_tokens - c - 4
+        if limit < m:
+            m = limit
+        limit = cfg.max_model_len - c - 4
+        if limit < m:
+            m = limit
+        if m < 2:
+            return
+        request.park_start = step + 1
+        request.park_expiry = expiry = step + 1 + m
+        self.parked += 1
+        self.park_context += c - step - 1
         due = self._expiry.get(expiry)
         if due is None:
             self._expiry[expiry] = [request]
@@ -140,8 +125,10 @@ class ParkedDecoders:
                 plan.sampling.append(rid)
 
     def _finish_room(self, request: SimRequest, step: int) -> int:
-        """:meth:`_room` of a parked request after plan ``step``."""
-        return self._room(request, self._computed(request, step) + 1)
+        """Plans a parked request can stay parked for after plan ``step`` for its last tokens and
+        ``max_model_len`` (as in :meth:`_park`)."""
+        c = request.num_computed_tokens + step - request.park_start + 1
+        return min(request.num_prompt_tokens + request.max_tokens - c - 4, self.config.max_model_len - c - 4)
 
     def _renew(self, request: SimRequest, step: int) -> None:
         """A parked request whose blocks run out with plan ``step`` (or, in a sliding window, whose oldest block
@@ -152,17 +139,8 @@ class ParkedDecoders:
         queue holds no hashes: the pool hands out and takes back counts)."""
         kv = self.kv
         cfg = self.config
-        c = self._computed(request, step)
-        if kv._full_only:
-            # _allocate_full's arithmetic: the groups' new blocks for the step's slot
-            slot = min(c + 1 + cfg.num_lookahead_tokens, cfg.max_model_len)
-            for per, block in kv._full_groups:
-                rb = per[request.rid]
-                new = -(-slot // block) - rb.n
-                if new > 0:
-                    kv.pool.take(new)
-                    rb.n += new
-        else:
+        c = request.num_computed_tokens + step - request.park_start  # computed before this step
+        if not kv._full_only:
             # allocate_slots itself, on the counters the running loop would see (then the parked ones again)
             stale = request.num_computed_tokens, request.num_in_flight_tokens
             request.num_computed_tokens = c
@@ -170,19 +148,36 @@ class ParkedDecoders:
             ok = kv.allocate_slots(request, 1, num_lookahead_tokens=cfg.num_lookahead_tokens)
             request.num_computed_tokens, request.num_in_flight_tokens = stale
             assert ok, "_active_order counted the blocks"
-        m = self._parkable_steps(request, c + 1)
-        assert m is not None, "a running request's blocks are known"
-        self._expire_after(request, step, m)
+            slot, processed = kv._quiet[request.rid]
+            m = min(slot - c - 1 - cfg.num_lookahead_tokens, processed - c - 2, self._finish_room(request, step))
+            self._rewindow(request, step, m)
+            return
+        slot = c + 1 + cfg.num_lookahead_tokens
+        if slot > cfg.max_model_len:
+            slot = cfg.max_model_len
+        cap = None
+        for per, block in kv._full_groups:
+            rb = per[request.rid]
+            new = -(-slot // block) - rb.n
+            if new > 0:
+                kv.pool.take(new)
+                rb.n += new
+            held = rb.n * block
+            cap = held if cap is None or held < cap else cap
+        m = cap - c - 1 - cfg.num_lookahead_tokens
+        room = self._finish_room(request, step)
+        if room < m:
+            m = room
+        self._rewindow(request, step, m)
 
-    def _new_blocks(self, rid: str, slot: int) -> int:
-        """Blocks a request would take for ``slot`` slots, ignoring a window's frees (an upper bound)."""
-        blocks = 0
-        for per, block in self.kv._full_groups:
-            rb = per.get(rid)
-            need = -(-min(slot, self.config.max_model_len) // block) - (rb.n if rb is not None else 0)
-            if need > 0:
-                blocks += need
-        return blocks
+    def _rewindow(self, request: SimRequest, step: int, m: int) -> None:
+        """A renewed request stays parked for ``m`` plans after plan ``step``."""
+        request.park_expiry = expiry = step + 1 + max(m, 0)
+        due = self._expiry.get(expiry)
+        if due is None:
+            self._expiry[expiry] = [request]
+        else:
+            due.append(request)
 
     def _active_order(self, token_budget: int, input_budget: int, renew: list[SimRequest],
                       step: int) -> list[SimRequest]:
@@ -193,17 +188,35 @@ class ParkedDecoders:
         and sliding-window groups (a window's frees only add free blocks, so the count is an upper bound there);
         a recurrent group's blocks follow other rules, and its layouts are always walked."""
         active = [r for r in self.running if r.park_start < 0]
-        demand = self.parked  # one token each, the renewed ones included
-        lookahead = self.config.num_lookahead_tokens
-        blocks = sum(self._new_blocks(r.rid, self._computed(r, step) + 1 + lookahead) for r in renew)
+        demand = self.parked
+        blocks = 0
+        kv = self.kv
+        cfg = self.config
+        lookahead = cfg.num_lookahead_tokens
+        max_len = cfg.max_model_len
+        for r in renew:  # one token each, counted with the parked; the blocks their next slot needs
+            slot = r.num_computed_tokens + step - r.park_start + 1 + lookahead
+            if slot > max_len:
+                slot = max_len
+            for per, block in kv._full_groups:
+                need = -(-slot // block) - per[r.rid].n
+                if need > 0:
+                    blocks += need
         for r in active:
             n = r.num_prompt_tokens + r.num_output_tokens + r.spec_tokens + r.num_output_placeholders - \
                 r.num_computed_tokens
             if n <= 0:
                 continue
             demand += n
-            blocks += self._new_blocks(r.rid, r.num_computed_tokens + n + lookahead)
-        if demand > token_budget or demand > input_budget or blocks > self.kv.pool.num_free:
+            slot = r.num_computed_tokens + n + lookahead
+            if slot > max_len:
+                slot = max_len
+            for per, block in kv._full_groups:
+                rb = per.get(r.rid)
+                need = -(-slot // block) - (rb.n if rb is not None else 0)
+                if need > 0:
+                    blocks += need
+        if demand > token_budget or demand > input_budget or blocks > kv.pool.num_free:
             return self.running
         return active
 
