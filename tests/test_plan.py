@@ -421,6 +421,30 @@ def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
     assert p.to_dict()["latency_note"].startswith("pdtune.sim")
 
 
+def test_simulated_rows_run_the_engines_the_recipes_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated evaluator runs each row as its recipe launches it: pdtune.recipe's EngineRecipe.vllm_config
+    passes --no-enable-prefix-caching to every engine, so every simulation runs with prefix caching off (vLLM's
+    default, on, would hash every full block the recipe never hashes)."""
+    import pdtune.sim as sim
+    from pdtune.recipe import row_engines
+
+    seen: list[bool | None] = []
+    for name in ("simulate", "simulate_disagg"):
+        real = getattr(sim, name)
+
+        def spy(*a: object, _real=real, **kw: object) -> object:  # type: ignore[no-untyped-def]
+            seen.append(kw["config"].enable_prefix_caching)  # type: ignore[union-attr]
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(sim, name, spy)
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128, grid=(8, 16),
+                     prefill_topologies=("TP2",), decode_topologies=("TP2",), latency_model="simulated")
+    p = plan(s, [Sla(min_tps_per_user=30)]).to_dict()
+    assert seen and set(seen) == {False}
+    engines = [e for row in p["rows"] for e in row_engines(p, row)]
+    assert engines and all(e.vllm_config()["no-enable-prefix-caching"] is True for e in engines)
+
+
 def test_a_simulated_row_measures_two_rounds_and_at_least_512_requests() -> None:
     """pdtune.plan.evaluate.sim_rounds: at least two rounds of one request per client, and the fewest whole rounds
     that reach 512 measured requests; by hand, 8 clients need 512 / 8 = 64 rounds, 200 need ceil(512 / 200) = 3,

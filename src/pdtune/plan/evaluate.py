@@ -120,7 +120,7 @@ def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str,
     benchmark its recipe runs (sa-bench at the row's concurrency, ``random_range_ratio`` 1.0), aggregated rows
     as one of their servers (the replicas are alike), disaggregated rows as their ``x`` prefill and ``y``
     decode engines with the KV transfer; the engines are those the recipes start (``max-num-seqs`` at the row's
-    load per DP rank, the decode token budget of the article's rule). ``gpus`` maps ``prefill``/``decode`` to
+    load per DP rank, the decode token budget of the article's rule, prefix caching off). ``gpus`` maps ``prefill``/``decode`` to
     the pools' :class:`~pdtune.gpus.GpuSpec`, ``factors`` to their :class:`~pdtune.plan.pools.Factors`.
     Costs CPU time in proportion to the requests and steps simulated (tens of seconds a row at thousands of
     requests in flight), which is why the plan's default is the steady-state model."""
@@ -182,7 +182,8 @@ def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], setting
 
     s = settings
     cache = _WORKER_ENGINES if cache is None else cache
-    config = SimConfig(record_timeline=False, acceptance=s.acceptance)
+    # Prefix caching off, as the recipes start every engine (pdtune.recipe: no-enable-prefix-caching).
+    config = SimConfig(record_timeline=False, acceptance=s.acceptance, enable_prefix_caching=False)
     if r["mode"] == "agg":
         gpu = gpus["decode"] if r.get("prefill_gpu") == gpus["decode"].name and \
             r.get("prefill_gpu") != gpus["prefill"].name else gpus["prefill"]
