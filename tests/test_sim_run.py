@@ -16,7 +16,7 @@ from pdtune.model import load_model
 from pdtune.perfmodel.defaults import gpu_defaults
 from pdtune.perfmodel.engine import EngineConfig, build_engine
 from pdtune.results.schema import TIDY_COLUMNS
-from pdtune.sim import SimConfig, closed_loop, open_loop, simulate, trace
+from pdtune.sim import SimConfig, closed_loop, open_loop, simulate, simulate_disagg, trace
 from pdtune.topology import parse_topology
 
 EFF = gpu_defaults("h100").efficiency
@@ -163,7 +163,6 @@ def test_the_fast_path_is_exact_with_several_engines() -> None:
     """Dense DP ranks are independent engines and a disaggregated deployment has two pools: a decode run never
     passes the earliest time another engine could finish a request (Clock.horizon), so the run is the same with
     and without bulk decode runs."""
-    from pdtune.sim.disagg import simulate_disagg
 
     dp = build_engine(load_model("llama-3.1-8b"), load_gpu("h100"), parse_topology("TP1DP4"), isl=600, osl=80,
                       config=EngineConfig(vllm="0.33", max_num_batched_tokens=2048, max_num_seqs=256))
@@ -249,4 +248,58 @@ def test_parked_decoders_give_the_same_run(asynchronous: bool, caching: bool | N
         [(r.chunks, r.chunk_tokens, r.preemptions) for r in slow.records]
     assert fast.timeline_frame().equals(slow.timeline_frame())
     for name, tl in fast.timelines.items():
+        assert np.array_equal(tl.batch_array(), slow.timelines[name].batch_array())
+
+
+def test_numpy_draws_an_array_of_binomials_as_one_call_each() -> None:
+    """The premise of pdtune.sim.specrun: Generator.binomial over an array gives the numbers, in row-major order,
+    and leaves the generator where one call per draw (SpecDecode.accepted) would."""
+    for k, a in ((1, 0.7), (3, 0.6), (4, 0.3)):
+        one, many = np.random.default_rng(5), np.random.default_rng(5)
+        singles = [int(one.binomial(k, a)) for _ in range(600)]
+        assert many.binomial(k, a, size=(200, 3)).ravel().tolist() == singles
+        assert one.random() == many.random()
+
+
+@pytest.mark.parametrize(("topology", "mtp", "clients", "asynchronous", "acceptance", "disagg"),
+                         [("TP8", 1, 8, True, 0.5, False), ("TP8", 3, 8, False, 0.6, False),
+                          ("TP8", 2, 1, True, 0.7, False), ("TP8", 1, 16, True, 1.0, False),
+                          ("TP8", 1, 16, False, 0.0, False), ("TP2DP4+EP", 3, 16, True, 0.6, False),
+                          ("TP2DP4+EP", 3, 16, False, 0.6, False), ("TP8", 3, 16, True, 0.6, True)])
+def test_speculative_decode_runs_give_the_same_run(topology: str, mtp: int, clients: int, asynchronous: bool,
+                                                   acceptance: float, disagg: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """pdtune.sim.specrun: DeepSeek-V3 with K = 1-3 MTP drafts, prefix caching off as the plan's recipes run it,
+    gives the same run with its bulk speculative runs as stepping every request, request by request (chunk times
+    and the tokens each kept) and step by step (timeline and timing batch): sync and async scheduling, acceptance
+    0, 1 (no draws) and in between, one client, lockstep DP ranks, and P/D (the decode engine's runs end at each
+    KV arrival). Some runs must have applied."""
+    import pdtune.sim.engine as engine_module
+
+    applied: list[bool] = []
+    real = engine_module.spec_run
+
+    def counting(core, now, horizon):  # type: ignore[no-untyped-def]
+        t = real(core, now, horizon)
+        applied.append(t is not None)
+        return t
+
+    monkeypatch.setattr(engine_module, "spec_run", counting)
+    engine = build_engine(load_model("deepseek-v3"), load_gpu("h200"), parse_topology(topology), isl=512, osl=300,
+                          mtp_tokens=mtp, config=EngineConfig(vllm="0.33", max_num_batched_tokens=8192,
+                                                              max_num_seqs=256))
+    load = closed_loop(clients, 512, 300, num_prompts=3 * clients, range_ratio=0.5)
+    eff = gpu_defaults("h200").efficiency
+    runs = []
+    for fast in (True, False):
+        config = SimConfig(fast_path=fast, async_scheduling=asynchronous, enable_prefix_caching=False,
+                           acceptance=acceptance)
+        runs.append(simulate_disagg(engine, engine, 1, 1, load, efficiency=eff, config=config) if disagg
+                    else simulate(engine, load, efficiency=eff, config=config))
+    fast_run, slow = runs
+    assert any(applied)
+    _check_run(fast_run, fast_run.meta["kv_blocks_per_rank"])
+    assert [(r.chunks, r.chunk_tokens) for r in fast_run.records] == [(r.chunks, r.chunk_tokens) for r in slow.records]
+    assert fast_run.timeline_frame().equals(slow.timeline_frame())
+    for name, tl in fast_run.timelines.items():
         assert np.array_equal(tl.batch_array(), slow.timelines[name].batch_array())

@@ -29,6 +29,7 @@ import numpy as np
 from pdtune.sim.fastpath import InFlight, decode_run
 from pdtune.sim.request import SimRequest
 from pdtune.sim.scheduler import Scheduler, StepPlan
+from pdtune.sim.specrun import spec_run
 from pdtune.sim.stepcost import StepCost
 
 
@@ -77,6 +78,7 @@ class SpecDecode:
         self.k = num_tokens
         self.acceptance = acceptance
         self.rng = np.random.default_rng(seed)
+        self.cores = 0  # engine cores drawing from it (pdtune.sim.specrun draws a run's at once only for one)
 
     def accepted(self, drafts: int) -> int:
         if drafts <= 0 or self.acceptance <= 0:
@@ -97,6 +99,8 @@ class EngineCore:
         self.depth = depth
         self.spec = spec
         self.k = spec.k if spec is not None else 0
+        if spec is not None:
+            spec.cores += 1
         self.name = name
         self.queue: deque[InFlight] = deque()
         self.inputs: deque[tuple[float, int, SimRequest]] = deque()  # (time, rank, request), time order
@@ -256,7 +260,7 @@ class EngineCore:
                 continue
             self._take_inputs(now)
             if self.fast and len(self.queue) <= 1 and self.has_requests():
-                t = decode_run(self, now, self.horizon())
+                t = (spec_run if self.k else decode_run)(self, now, self.horizon())
                 if t is not None:
                     now = t
                     continue

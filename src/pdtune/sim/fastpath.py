@@ -9,7 +9,7 @@ blocks it takes are counted per step from where each request's next block starts
 order: a run frees nothing), and each step is timed and recorded like any other. The run stops before
 anything that would need the scheduler's full rules: a request two steps from its last token, a step whose
 blocks do not fit, an event from outside the engine (a request's arrival: routing reads the engine's counts),
-speculative decoding, pipeline parallelism. A run's steps are timed before its blocks are planned, so the plan
+speculative decoding (:mod:`pdtune.sim.specrun` has runs of its own), pipeline parallelism. A run's steps are timed before its blocks are planned, so the plan
 covers only the steps before its horizon. Sliding-window groups free the blocks that fall out of a request's
 window as it decodes: for them the run orders every block event as the scheduler meets them (:func:`_window_plan`,
 each request's events being arithmetic sequences built as arrays), and stops before an allocation that would
@@ -59,6 +59,13 @@ def _steady_head(sched: Scheduler, asynchronous: bool) -> tuple[bool, int | None
         if (r.is_prefill_chunk or r.num_output_placeholders != ph or r.spec_tokens or r.num_stale_output_tokens
                 or r.num_in_flight_tokens != ph or r.status is not Status.RUNNING):
             return False, None
+    return waiting_head(sched)
+
+
+def waiting_head(sched: Scheduler) -> tuple[bool, int | None]:
+    """Whether the waiting loop admits nobody while the running requests only decode, and the blocks (watermark
+    included) the waiting queue's head needs to be admitted, None when the waiting loop will not look at it."""
+    cfg = sched.config
     if sched.waiting:
         if len(sched.running) >= cfg.max_num_seqs or len(sched.running) >= cfg.max_num_batched_tokens:
             return True, None  # the waiting loop stops before it looks at a request
@@ -420,4 +427,4 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
     core.stage_free[0] = ends[-1]
 
 
-__all__ = ["MIN_RUN", "SimRequest", "decode_run"]
+__all__ = ["MIN_RUN", "SimRequest", "decode_run", "waiting_head"]
