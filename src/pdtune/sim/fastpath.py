@@ -42,8 +42,9 @@ class InFlight:
 MIN_RUN = 4
 #: The shortest run worth unparking the parked decoders for (pdtune.sim.parking): unparking and parking them
 #: again costs about two steps of every request, a parked step only its requests not parked. At 4, DeepSeek-V3's
-#: 2,779-client plan row unparked 1,234 requests for runs of 13 steps (median), 12.2 s of CPU; at 64, 7.7 s.
-PARKED_MIN_RUN = 64
+#: 2,779-client plan row unparked 1,234 requests for runs of 13 steps (median), 5.0 s of CPU; at 16, 3.0 s. At 64
+#: the plan row gained no more, and 30 MiniMax-M2.5 H100 rows lost what their short runs saved (9.2 -> 14.3 s).
+PARKED_MIN_RUN = 16
 
 
 def _steady_head(sched: Scheduler, asynchronous: bool) -> tuple[bool, int | None]:
