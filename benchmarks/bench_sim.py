@@ -7,7 +7,8 @@ best of a few repeats, each with a fresh step-cost cache (nothing carried over b
 the same run with the fast path off (every step through the scheduler), the reuse of a step-cost cache with
 other factors (a calibration trial), two other shapes for reference, and a run with many clients where a request
 finishes and another is admitted in almost every step (so bulk decode runs seldom apply), with and without parked
-decoders (``pdtune.sim.parking``), checked to give the same requests.
+decoders (``pdtune.sim.parking``), and an MTP run with and without bulk speculative runs (``pdtune.sim.specrun``),
+each checked to give the same requests.
 """
 
 from __future__ import annotations
@@ -75,6 +76,23 @@ def main() -> int:
           f"{runs['fast_s']:.2f} s CPU with the fast path (bulk decode runs and parked decoders), "
           f"{runs['stepped_s']:.2f} s stepping every request "
           f"(fast path off); the same requests: {'yes' if same else 'NO'}")
+    failed = failed or not same
+    # MTP: DeepSeek-V3 with three draft tokens, 8 clients, 512 requests of OSL 1024, prefix caching off (the plan's
+    # recipes): bulk speculative runs (pdtune.sim.specrun), their acceptances drawn at once.
+    mtp = build_engine(load_model("deepseek-v3"), load_gpu("h200"), parse_topology("TP8"), isl=1024, osl=1024,
+                       mtp_tokens=3, config=agg_config(load_gpu("h200"), None, "0.33"))
+    draft = closed_loop(8, 1024, 1024, num_prompts=512, harness="sa-bench")
+    spec_eff = gpu_defaults("h200").efficiency
+    for name, cfg in (("fast", cfg0), ("stepped", replace(cfg0, fast_path=False))):
+        start = time.process_time()
+        runs[name] = simulate(mtp, draft, efficiency=spec_eff, config=cfg)
+        runs[name + "_s"] = time.process_time() - start
+    same = [(r.chunks, r.chunk_tokens) for r in runs["fast"].records] == \
+        [(r.chunks, r.chunk_tokens) for r in runs["stepped"].records]
+    print(f"  DeepSeek-V3 TP8 H200 with 3 MTP drafts (acceptance {cfg0.acceptance}), 8 clients, 512 requests (and "
+          f"warm-ups), ISL 1024, OSL 1024, prefix caching off: {runs['fast_s']:.2f} s CPU with the fast path (bulk "
+          f"speculative runs), {runs['stepped_s']:.2f} s stepping every request; the same requests: "
+          f"{'yes' if same else 'NO'}")
     failed = failed or not same
     return 1 if failed else 0
 
