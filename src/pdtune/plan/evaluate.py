@@ -120,8 +120,9 @@ def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str,
     benchmark its recipe runs (sa-bench at the row's concurrency, ``random_range_ratio`` 1.0), aggregated rows
     as one of their servers (the replicas are alike), disaggregated rows as their ``x`` prefill and ``y``
     decode engines with the KV transfer; the engines are those the recipes start (``max-num-seqs`` at the row's
-    load per DP rank, the decode token budget of the article's rule, prefix caching off). ``gpus`` maps ``prefill``/``decode`` to
-    the pools' :class:`~pdtune.gpus.GpuSpec`, ``factors`` to their :class:`~pdtune.plan.pools.Factors`.
+    load per DP rank, the decode token budget of the article's rule, prefix caching off). ``gpus`` maps
+    ``prefill``/``decode`` to the pools' :class:`~pdtune.gpus.GpuSpec`, ``factors`` to their
+    :class:`~pdtune.plan.pools.Factors`.
     Costs CPU time in proportion to the requests and steps simulated (tens of seconds a row at thousands of
     requests in flight), which is why the plan's default is the steady-state model."""
     return Evaluator(SIMULATED, partial(_simulate_rows, spec=spec, gpus=gpus, settings=settings, factors=factors,

@@ -9,13 +9,12 @@ blocks it takes are counted per step from where each request's next block starts
 order: a run frees nothing), and each step is timed and recorded like any other. The run stops before
 anything that would need the scheduler's full rules: a request two steps from its last token, a step whose
 blocks do not fit, an event from outside the engine (a request's arrival: routing reads the engine's counts),
-speculative decoding (:mod:`pdtune.sim.specrun` has runs of its own), pipeline parallelism. A run's steps are timed before its blocks are planned, so the plan
-covers only the steps before its horizon. Sliding-window groups free the blocks that fall out of a request's
-window as it decodes: for them the run orders every block event as the scheduler meets them (:func:`_window_plan`,
-each request's events being arithmetic sequences built as arrays), and stops before an allocation that would
-fail or a step in which the waiting queue's head would fit.
-``tests/test_sim_run.py``
-checks that runs with and without it produce the same results, request by request.
+speculative decoding (:mod:`pdtune.sim.specrun` has runs of its own), pipeline parallelism. A run's steps are
+timed before its blocks are planned, so the plan covers only the steps before its horizon. Sliding-window groups
+free the blocks that fall out of a request's window as it decodes: for them the run orders every block event as
+the scheduler meets them (:func:`_window_plan`, each request's events being arithmetic sequences built as
+arrays), and stops before an allocation that would fail or a step in which the waiting queue's head would fit.
+``tests/test_sim_run.py`` checks that runs with and without it produce the same results, request by request.
 """
 
 from __future__ import annotations

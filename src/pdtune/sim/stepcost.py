@@ -232,45 +232,37 @@ class StepCost:
         ``kv0 + n j`` cached tokens (a one-stage engine): :meth:`stage_seconds` of each, at once."""
         j = np.arange(k, dtype=float)
         kv = kv0 + n * j
-        pairs = kv + n
-        if self.window and not self.exact:
-            key = (n, n, 0, n, ep_tokens, state_writes, 0)
-            base = self._stage_base(key)
-            slopes = self._slopes_for((False, 0, tuple(b.kinds for b in base)), key)
-            if not self.exact:
-                share = np.where(kv > self.window * n, self.window * n / np.maximum(kv, 1e-300), 1.0)
-                x = [pairs, pairs, kv, np.zeros(k), pairs * share, kv * share]
-                total = np.zeros(k)
-                for stage, (cs, ms) in zip(base, slopes, strict=True):
-                    total += stage.const
-                    for kind, c0, m0, c, m in zip(stage.kinds, stage.compute, stage.memory, cs, ms, strict=True):
-                        compute, hbm = self._fractions[kind]
-                        cc = c0 + sum(a * b for a, b in zip(c, x))
-                        mm = m0 + sum(a * b for a, b in zip(m, x))
-                        total += np.maximum(cc / compute, mm / hbm)
-                return total
-        return self.run_seconds(n, n, n, ep_tokens, state_writes, 0, pairs, kv)
+        return self.run_seconds(n, n, n, ep_tokens, state_writes, 0, kv + n, kv)
 
     def run_seconds(self, tokens: int, seqs: int, logits: int, ep_tokens: float, state_writes: int,
                     draft_passes: int, pairs: np.ndarray, kv: np.ndarray) -> np.ndarray:
         """Seconds of decode steps that share one key (no prefill) and differ in their attention pairs (``pairs``,
         every one a decode pair) and cached tokens read (``kv``), one step per element: :meth:`stage_seconds` of
-        each, at once, by the same operations in the same order, so a run equals its steps exactly. Not for a
-        sliding-window model (:meth:`decode_run_seconds` covers its one-token steps)."""
+        each, at once (a one-stage engine)."""
         key = (tokens, seqs, 0, logits, ep_tokens, state_writes, draft_passes)
         if not self.exact:
             base = self._stage_base(key)
             slopes = self._slopes_for((False, draft_passes, tuple(b.kinds for b in base)), key)
-        if self.exact or self.window:
-            return np.array([sum(self.stage_seconds(tokens, seqs, 0, float(p), float(p), float(c), logits, ep_tokens,
-                                                    state_writes, draft_passes)) for p, c in zip(pairs, kv, strict=True)])
+        if self.exact:
+            return np.array([sum(self.stage_seconds(tokens, seqs, 0, float(p), float(p), float(c), logits,
+                                                    ep_tokens, state_writes, draft_passes))
+                             for p, c in zip(pairs, kv, strict=True)])
+        x = [pairs, pairs, kv]
+        if self.window:
+            share = np.where(kv > self.window * seqs, self.window * seqs / np.maximum(kv, 1e-300), 1.0)
+            x += [np.zeros(len(kv)), pairs * share, kv * share]
         total = np.zeros(len(kv))
         for stage, (cs, ms) in zip(base, slopes, strict=True):
             total += stage.const
             for kind, c0, m0, c, m in zip(stage.kinds, stage.compute, stage.memory, cs, ms, strict=True):
                 compute, hbm = self._fractions[kind]
-                cc = c0 + c[0] * pairs + c[1] * pairs + c[2] * kv
-                mm = m0 + m[0] * pairs + m[1] * pairs + m[2] * kv
+                # The same operations in the same order as stage_seconds, so a run equals its steps exactly.
+                if self.window:
+                    cc = c0 + sum(a * b for a, b in zip(c, x))
+                    mm = m0 + sum(a * b for a, b in zip(m, x))
+                else:
+                    cc = c0 + c[0] * x[0] + c[1] * x[1] + c[2] * x[2]
+                    mm = m0 + m[0] * x[0] + m[1] * x[1] + m[2] * x[2]
                 total += np.maximum(cc / compute, mm / hbm)
         return total
 
