@@ -39,6 +39,14 @@ def test_the_fitted_rows_file_lists_what_each_gpu_was_fitted_on() -> None:
         assert len(per_gpu[gpu]) == n == len(set(per_gpu[gpu])), gpu
         assert fitted_measurements(gpu) == frozenset(per_gpu[gpu])
     assert fitted_measurements("gb300") == frozenset()
+    # Only the rows the fit was made of (defaults.fitted_problem_rows): gpt-oss-120b's nine H100 runs at 512
+    # clients are runs of a client bug (launch_flags.csv, unpredictable), which compile_problems leaves out.
+    from pdtune.perfmodel.defaults import measurement_digest, silicon_file, silicon_problems
+    from pdtune.results import load_results
+
+    rows = silicon_problems(load_results(silicon_file()))[("gpt-oss-120b", "h100")].rows
+    bug = {measurement_digest(r) for _, r in rows[rows["concurrency"] == 512].iterrows()}
+    assert len(bug) == 9 and not bug & fitted_measurements("h100")
 
 
 def test_the_note_says_which_factors_the_rows_decide() -> None:

@@ -31,6 +31,7 @@ from pdtune.perfmodel.defaults import (
     GpuDefaults,
     architecture_of,
     fit_gpu_defaults,
+    fitted_problem_rows,
     silicon_file,
     silicon_problems,
     write_defaults,
@@ -83,8 +84,9 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
             table = factor_sensitivity(mine, fits[members][0], PRIOR)
             sensitivity.append(table.assign(gpus=" ".join(members)))
         eff, models = fits[members]
-        n = sum(len(p.rows) for p in mine)
-        fitted[gpu] = pd.concat([p.rows for p in mine]) if mine else pd.DataFrame()
+        # the rows the fit was made of (not those it could not plan: the nine client-bug rows, for one)
+        fitted[gpu] = fitted_problem_rows(mine, eff.arrival_clustering) if mine else pd.DataFrame()
+        n = len(fitted[gpu])
         set_by = dict(zip(sensitivity[-1]["factor"], sensitivity[-1]["set_by"], strict=True))
         by_data = [f for f, s in set_by.items() if s == "data"]
         where = (f"{n} vLLM aggregated rows on {' and '.join(members)}" if n

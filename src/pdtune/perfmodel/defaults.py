@@ -33,7 +33,7 @@ from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
 from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, FACTORS, Efficiency
-from pdtune.perfmodel.fit import Problem, fit_efficiency
+from pdtune.perfmodel.fit import Problem, compile_problems, fit_efficiency
 from pdtune.perfmodel.prior import PRIOR
 from pdtune.perfmodel.repeats import REPEAT_COLUMNS, fold_repeats, measurement_key
 from pdtune.perfmodel.validation import model_key, select_rows
@@ -207,6 +207,14 @@ def fitted_rows_file() -> Path:
 def measurement_digest(row: pd.Series | dict) -> str:
     """A short, stable name of one measurement (:func:`pdtune.perfmodel.repeats.measurement_key`)."""
     return hashlib.sha256(measurement_key(row).encode()).hexdigest()[:16]
+
+
+def fitted_problem_rows(problems: Sequence[Problem], clustering: float) -> pd.DataFrame:
+    """The rows of ``problems`` a fit at ``clustering`` is made of: those :func:`pdtune.perfmodel.fit.compile_problems`
+    plans (aggregated, predictable, plannable), not the rows it lists as unpredicted (the client-bug rows, for one)."""
+    skipped = compile_problems(problems, clustering).unpredicted
+    kept = [p.rows.drop(index=[r for (n, r) in skipped if n == i]) for i, p in enumerate(problems)]
+    return pd.concat(kept) if kept else pd.DataFrame()
 
 
 def write_fitted_rows(path: Path, fitted: dict[str, pd.DataFrame]) -> None:
