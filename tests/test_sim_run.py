@@ -221,7 +221,9 @@ def test_parked_decoders_give_the_same_run(asynchronous: bool, caching: bool | N
     are preempted and find their own hashed blocks again when resumed (0.13 of an H200 leaves 1,246 blocks of
     16 tokens for 48 requests of up to 560 tokens), an MoE model's lockstep DP ranks, and
     gpt-oss-120b's sliding-window groups. With prefix caching off a parked request whose blocks run out takes the
-    next one in place and stays parked (ParkedDecoders._renew)."""
+    next one in place and stays parked (booked by the step that needs it with one full-attention group,
+    ParkedDecoders.take_booked; ParkedDecoders._renew for sliding windows). Mutations caught: a booking one step
+    late, a block count caught up one block short at unparking."""
     from pdtune.sim.scheduler import Scheduler
 
     engine = build_engine(load_model(model), load_gpu("h200"), parse_topology(topology), isl=400, osl=160,

@@ -8,7 +8,9 @@ in the queue without giving it an entry of its own, and its counters and token t
 it is stepped again (:meth:`ParkedDecoders._unpark`: at its expiry, when the budget runs out before its place, when
 it is preempted, or before a bulk decode run). When no budget cut and no failed allocation can happen in a step
 (:meth:`ParkedDecoders._active_order`), the running loop visits only the requests that are not parked, and with
-prefix caching off a parked request whose blocks run out takes its next one in place (:meth:`ParkedDecoders._renew`).
+prefix caching off a parked request whose blocks run out takes its next one in place and stays parked: with one
+full-attention group the step that needs it books it (:meth:`ParkedDecoders.take_booked`, one count per step, the
+request's block count caught up when it is unparked), otherwise :meth:`ParkedDecoders._renew` allocates it.
 With many clients every step admits someone, so the bulk decode runs of :mod:`pdtune.sim.fastpath` do not apply,
 while most running requests are parked in most steps. ``tests/test_sim_run.py`` checks that runs with and without
 it give the same results, request by request and step by step.
@@ -43,6 +45,11 @@ class ParkedDecoders:
         self.n_sched = 0  # plans scheduled (the next plan's index)
         self.n_updated = 0  # one past the last plan updated
         self._expiry: dict[int, list[SimRequest]] = {}
+        # One full-attention group without prefix caching: a parked request's new blocks are booked by the plan
+        # that needs each (_crossings, plan index -> (request, its park_start)) instead of ending its park.
+        self._calendar = (len(self.kv._full_groups) == 1 and self.kv._full_only and not self.kv.enable_caching
+                          and self._no_recurrent)
+        self._crossings: dict[int, list[tuple[SimRequest, int]]] = {}
         self._pending: dict[int, Any] = {}  # StepPlans scheduled and not yet updated
         self.bulk_times: list[float] = []  # per plan index, when a plan with parked requests was updated (NaN: none)
 
@@ -50,14 +57,23 @@ class ParkedDecoders:
         """Park ``request``, just scheduled for one decode token in plan ``step``, for the next ``m`` plans: as
         many as keep every rule of the running loop and of ``update_from_output`` a no-op for it but the counters
         (its blocks hold the slots, no full block to hash, its last tokens and ``max_model_len`` at least four
-        steps off, as the fast path's runs stop three before)."""
+        steps off, as the fast path's runs stop three before). With one full-attention group and no prefix
+        caching the blocks do not end it: the plan whose slot needs the next block books it (:meth:`_book`)."""
         if (request.status is not RUNNING or request.is_prefill_chunk or request.spec_tokens
                 or request.num_stale_output_tokens):
             return
         kv = self.kv
         cfg = self.config
         c = request.num_computed_tokens  # after this step; the j-th parked step schedules slot c + j (+ lookahead)
-        if kv._full_only:
+        first = -1
+        if self._calendar:
+            per, block = kv._full_groups[0]
+            rb = per.get(request.rid)
+            if rb is None:
+                return
+            first = rb.n * block - c - cfg.num_lookahead_tokens  # the parked step that needs the next block
+            m = 1 << 30
+        elif kv._full_only:
             cap = None
             for per, block in kv._full_groups:
                 rb = per.get(request.rid)
@@ -86,8 +102,10 @@ class ParkedDecoders:
             m = limit
         if m < 2:
             return
-        request.park_start = step + 1
+        start = request.park_start = step + 1
         request.park_expiry = expiry = step + 1 + m
+        if first >= 0 and start + first < expiry:
+            self._book(request, start + first)
         self.parked += 1
         self.park_context += c - step - 1
         due = self._expiry.get(expiry)
@@ -95,6 +113,26 @@ class ParkedDecoders:
             self._expiry[expiry] = [request]
         else:
             due.append(request)
+
+    def _book(self, request: SimRequest, step: int) -> None:
+        """A parked request's slot in plan ``step`` needs its next block (one full-attention group, no prefix
+        caching): the schedule of that plan takes it (and books the one after, :meth:`take_booked`)."""
+        due = self._crossings.get(step)
+        if due is None:
+            self._crossings[step] = [(request, request.park_start)]
+        else:
+            due.append((request, request.park_start))
+
+    def take_booked(self, renew: list[SimRequest], step: int) -> None:
+        """The blocks of plan ``step``'s booked requests, taken at once (the pool only counts without prefix
+        caching, so taking them before the others' changes nothing); each books its next one, a block later,
+        if it is still parked then. Their counters catch up when they are unparked."""
+        self.kv.pool.take(len(renew))
+        block = self.kv._full_groups[0][1]
+        nxt = step + block
+        for request in renew:
+            if nxt < request.park_expiry:
+                self._book(request, nxt)
 
     def _unpark(self, request: SimRequest, step: int) -> None:
         """Bring a parked request's counters to where plans ``park_start .. step - 1`` left them: the tokens
@@ -106,6 +144,16 @@ class ParkedDecoders:
         self.park_context -= request.num_computed_tokens - start
         steps = step - start
         request.num_computed_tokens += steps
+        if self._calendar:
+            # the blocks its parked steps took from the pool (booked by _crossings): those of its last slot
+            per, block = self.kv._full_groups[0]
+            slot = request.num_computed_tokens + self.config.num_lookahead_tokens
+            if slot > self.config.max_model_len:
+                slot = self.config.max_model_len
+            rb = per[request.rid]
+            held = -(-slot // block)
+            if held > rb.n:
+                rb.n = held
         done = (self.n_updated if self.n_updated < step else step) - start
         if done > 0:
             request.num_output_tokens += done
@@ -194,6 +242,9 @@ class ParkedDecoders:
         cfg = self.config
         lookahead = cfg.num_lookahead_tokens
         max_len = cfg.max_model_len
+        if self._calendar:
+            blocks = len(renew)  # each booked its next block for this step (one group)
+            renew = ()
         for r in renew:  # one token each, counted with the parked; the blocks their next slot needs
             slot = r.num_computed_tokens + step - r.park_start + 1 + lookahead
             if slot > max_len:
@@ -237,6 +288,7 @@ class ParkedDecoders:
                 if request.park_start >= 0:
                     self._unpark(request, step)
         self._expiry.clear()
+        self._crossings.clear()
 
     def parked_near_end(self, left: int) -> bool:
         """Whether a parked request has fewer than ``left`` output tokens to go. A request is parked at least

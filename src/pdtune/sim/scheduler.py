@@ -243,13 +243,18 @@ class Scheduler(ParkedDecoders):
         step = self.n_sched
         renew: list[SimRequest] = []
         if self._expiry:  # popped even when nobody is parked now, so no stale list keeps its requests alive
-            renewable = self._no_recurrent and not kv.enable_caching
+            renewable = self._no_recurrent and not kv.enable_caching and not self._calendar
             for request in self._expiry.pop(step, ()):
                 if request.park_expiry == step and request.park_start >= 0:
                     if renewable and self._finish_room(request, step) >= 2:
                         renew.append(request)  # only its blocks ran out: it may take one and stay parked
                     else:
                         self._unpark(request, step)
+        if self._crossings:
+            # parked requests whose slot this step needs a new block (booked by ParkedDecoders._park)
+            for request, start in self._crossings.pop(step, ()):
+                if request.park_start == start:
+                    renew.append(request)
         bulk = bulk_context = 0
 
         running = self.running
@@ -265,8 +270,12 @@ class Scheduler(ParkedDecoders):
         if self.parked and self._no_recurrent and inline and not prefill_lookahead and not draft_slots:
             order = self._active_order(token_budget, input_budget, renew, step)
             if order is not running:
-                for request in renew:
-                    self._renew(request, step)
+                if self._calendar:
+                    if renew:
+                        self.take_booked(renew, step)
+                else:
+                    for request in renew:
+                        self._renew(request, step)
                 # Every request gets its whole step (see _active_order): the parked ones in bulk.
                 bulk = self.parked
                 bulk_context = self.park_context + bulk * step
