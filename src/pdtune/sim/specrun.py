@@ -71,7 +71,7 @@ def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[
     spec = core.spec
     k = core.k
     asynchronous = core.asynchronous
-    if spec is None or spec.cores != 1 or core.cost.stages != 1:
+    if spec is None or spec.cores != 1 or core.cost.stages != 1 or core.depth > 2:
         return None
     if asynchronous:
         if len(core.queue) != 1 or not core.queue[0].executed:
