@@ -161,6 +161,9 @@ class EngineCore:
             for queue in (sched.running, sched.waiting, sched.kv_holding_waiting):
                 if not queue:
                     continue
+                first = queue[0]
+                if first.max_tokens - first.num_output_tokens <= per_update:
+                    return wake_at  # its next update may end it (a parked one's count only lags): no bound below
                 if not sched.parked or queue is not sched.running:
                     left = min(r.max_tokens - r.num_output_tokens for r in queue)
                 else:
