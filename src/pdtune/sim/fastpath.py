@@ -272,30 +272,10 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     dp = core.dp_ep
     ep = sum(n if n else 1 for n in n_per) if dp > 1 else n_per[0]
     writes = 1 + core.k
-    # Every step's duration at once (StepCost.decode_run_seconds): the busiest rank's, an idle rank running a
-    # one-token dummy batch (as EngineCore._batch_seconds times the lockstep step).
-    best = np.zeros(k)
-    who = np.zeros(k, dtype=int)  # the rank whose batch times each step (the first of equals, as the engine)
-    for i, (n, c0) in enumerate(zip(n_per, kv0, strict=True)):
-        if n == 0:
-            if len(n_per) == 1:
-                continue
-            d = np.full(k, sum(cost.stage_seconds(1, 1, 0, 0.0, 0.0, 0.0, 1, ep, writes, 0)))
-        else:
-            d = cost.decode_run_seconds(n, c0, k, ep, writes)
-        if i == 0:
-            best = d
-        else:
-            who = np.where(d > best, i, who)
-            best = np.maximum(best, d)
-    t0 = max(now, core.stage_free[0])
-    ends_all = np.cumsum(np.concatenate(([t0], best)))[1:]  # sequential sums: the engine's own t + d
-    # Async, the j-th step's schedule point follows the update of the batch before it (the one in flight for
-    # j = 0); sync, its own end.
-    if asynchronous:
-        updates = np.concatenate(([core.queue[0].end], ends_all[:-1]))
-    else:
-        updates = ends_all
+    # Every step's duration at once (StepCost.decode_run_seconds).
+    best, who = busiest_rank(cost, n_per, ep, writes, k,
+                             lambda i, n: cost.decode_run_seconds(n, kv0[i], k, ep, writes))
+    t0, ends_all, updates = step_ends(core, now, best, asynchronous)
     k = min(k, int(np.searchsorted(updates, horizon, side="left")))
     if k < MIN_RUN:
         return None
@@ -321,9 +301,7 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     if m < MIN_RUN:
         return None
     needs = [n[:m] for n in needs]
-    ends = ends_all[:m].tolist()
-    starts = np.concatenate(([t0], ends_all[:-1]))[:m]
-    secs = (ends_all[:m] - starts).tolist()  # as the engine records it (end - start)
+    ends, secs = run_times(t0, ends_all, m)
     if core.record:
         # The batch that timed each step: the busiest rank's (an idle rank's one-token dummy batch).
         j = np.arange(m, dtype=float)
@@ -341,6 +319,62 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     return ends[-1]
 
 
+def busiest_rank(cost, n_per: list[int], ep: float, writes: int, steps: int,  # type: ignore[no-untyped-def]
+                 seconds_of) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``steps`` lockstep steps' seconds, the busiest rank's (``seconds_of(rank, requests)``, an idle
+    rank running a one-token dummy batch, as EngineCore._batch_seconds times the step), and which rank that was
+    (the first of equals, as the engine)."""
+    best = np.zeros(steps)
+    who = np.zeros(steps, dtype=int)
+    for i, n in enumerate(n_per):
+        if n == 0:
+            if len(n_per) == 1:
+                continue
+            d = np.full(steps, sum(cost.stage_seconds(1, 1, 0, 0.0, 0.0, 0.0, 1, ep, writes, 0)))
+        else:
+            d = seconds_of(i, n)
+        if i == 0:
+            best = d
+        else:
+            who = np.where(d > best, i, who)
+            best = np.maximum(best, d)
+    return best, who
+
+
+def step_ends(core, now: float, seconds: np.ndarray,  # type: ignore[no-untyped-def]
+              asynchronous: bool) -> tuple[float, np.ndarray, np.ndarray]:
+    """A run's start, each step's end (sequential sums: the engine's own ``t + d``) and each update's time: async,
+    the j-th step's schedule point follows the update of the batch before it (the one in flight for j = 0);
+    sync, its own end."""
+    t0 = max(now, core.stage_free[0])
+    ends_all = np.cumsum(np.concatenate(([t0], seconds)))[1:]
+    updates = np.concatenate(([core.queue[0].end], ends_all[:-1])) if asynchronous else ends_all
+    return t0, ends_all, updates
+
+
+def run_times(t0: float, ends_all: np.ndarray, m: int) -> tuple[list[float], list[float]]:
+    """The first ``m`` steps' ends and seconds, as the engine records them (end - start)."""
+    starts = np.concatenate(([t0], ends_all[:-1]))[:m]
+    return ends_all[:m].tolist(), (ends_all[:m] - starts).tolist()
+
+
+def record_steps(core, ranks: list[Scheduler], m: int, ends: list[float],  # type: ignore[no-untyped-def]
+                 secs: list[float], needs: list[np.ndarray], tokens_per_request: int) -> None:
+    """One timeline row per step of a run, the lockstep group's sums (as EngineCore._record writes them), before
+    the run's blocks are taken: each running request scheduled ``tokens_per_request`` tokens, none prefilling."""
+    tl = core.timeline
+    running = sum(len(s.running) for s in ranks)
+    waiting = sum(len(s.waiting) + len(s.kv_holding_waiting) for s in ranks)
+    used = sum(s.kv.pool.used for s in ranks)
+    tl.t.extend(ends)
+    tl.running.extend([running] * m)
+    tl.waiting.extend([waiting] * m)
+    tl.kv_used.extend((np.cumsum(sum(n[:m] for n in needs)) + used).tolist())
+    tl.tokens.extend([running * tokens_per_request] * m)
+    tl.prefill_tokens.extend([0] * m)
+    tl.seconds.extend(secs)
+
+
 def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[float],  # type: ignore[no-untyped-def]
            needs: list[np.ndarray], asynchronous: bool,
            events: list[list[tuple[int, int, int, int]]] | None = None) -> None:
@@ -354,19 +388,7 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
     else:
         update_times = ends
     if core.record:
-        # One timeline row per step, the lockstep group's sums (as EngineCore._record writes them).
-        tl = core.timeline
-        running = sum(len(s.running) for s in ranks)
-        waiting = sum(len(s.waiting) + len(s.kv_holding_waiting) for s in ranks)
-        used = sum(s.kv.pool.used for s in ranks)
-        cum = np.cumsum(sum(n[:m] for n in needs)) + used
-        tl.t.extend(ends)
-        tl.running.extend([running] * m)
-        tl.waiting.extend([waiting] * m)
-        tl.kv_used.extend(cum.tolist())
-        tl.tokens.extend([running] * m)
-        tl.prefill_tokens.extend([0] * m)
-        tl.seconds.extend(secs)
+        record_steps(core, ranks, m, ends, secs, needs, 1)
     plans = []
     ones = [1] * m
     for si, sched in enumerate(ranks):
@@ -427,4 +449,5 @@ def _apply(core, ranks: list[Scheduler], m: int, ends: list[float], secs: list[f
     core.stage_free[0] = ends[-1]
 
 
-__all__ = ["MIN_RUN", "SimRequest", "decode_run", "waiting_head"]
+__all__ = ["MIN_RUN", "SimRequest", "busiest_rank", "decode_run", "record_steps", "run_times", "step_ends",
+           "waiting_head"]

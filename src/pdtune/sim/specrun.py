@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdtune.sim.fastpath import InFlight, waiting_head
+from pdtune.sim.fastpath import InFlight, busiest_rank, record_steps, run_times, step_ends, waiting_head
 from pdtune.sim.request import Status
 from pdtune.sim.scheduler import Scheduler, StepPlan
 
@@ -100,12 +100,13 @@ def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[
     bounds = np.cumsum([0, *n_per])
     ep = sum(n * q if n else 1 for n in n_per) if core.dp_ep > 1 else n_per[0] * q
     t0 = max(now, core.stage_free[0])
+    half = q * (q + 1) / 2  # keys the q new tokens of one request attend to among themselves
     if horizon < float("inf"):
         # No step is shorter than the first (a step's time grows with its context): a bound on the steps before
         # the horizon, so that a run the horizon cuts short does not draw a thousand steps.
         ctx0 = float(sum(r.num_computed_tokens for r in ranks[0].running))
         n0 = len(ranks[0].running)
-        first = core.cost.run_seconds(n0 * q, n0, n0 * q, ep, q, k, np.array([q * ctx0 + n0 * q * (q + 1) / 2]),
+        first = core.cost.run_seconds(n0 * q, n0, n0 * q, ep, q, k, np.array([q * ctx0 + n0 * half]),
                                       np.array([ctx0]))[0] if n0 else 0.0
         if first > 0:
             steps = min(steps, int((horizon - t0) / first) + 3)
@@ -135,31 +136,19 @@ def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[
     ctx[0] = c0
     if m > 1:
         ctx[1:] = c0 + np.cumsum(kept[:m - 1], axis=0)
-    # Each step's time: the busiest rank's batch (an idle rank runs a one-token dummy batch), as EngineCore does.
+    # Each step's time: the busiest rank's batch, as EngineCore does.
     cost = core.cost
     writes = q
-    best = np.zeros(m)
-    who = np.zeros(m, dtype=int)
-    sums = []
-    half = q * (q + 1) / 2  # keys the q new tokens of one request attend to among themselves
-    for i, n in enumerate(n_per):
-        if n == 0:
-            sums.append((None, None))
-            if len(n_per) == 1:
-                continue
-            d = np.full(m, sum(cost.stage_seconds(1, 1, 0, 0.0, 0.0, 0.0, 1, ep, writes, 0)))
-        else:
-            kv = ctx[:, bounds[i]:bounds[i + 1]].sum(axis=1).astype(float)
-            pairs = q * kv + n * half
-            sums.append((pairs, kv))
-            d = cost.run_seconds(n * q, n, n * q, ep, writes, k, pairs, kv)
-        if i == 0:
-            best = d
-        else:
-            who = np.where(d > best, i, who)
-            best = np.maximum(best, d)
-    ends_all = np.cumsum(np.concatenate(([t0], best)))[1:]
-    updates = np.concatenate(([core.queue[0].end], ends_all[:-1])) if asynchronous else ends_all
+    sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per busy rank: each step's pairs and cached tokens
+
+    def seconds_of(i: int, n: int) -> np.ndarray:
+        kv = ctx[:, bounds[i]:bounds[i + 1]].sum(axis=1).astype(float)
+        pairs = q * kv + n * half
+        sums[i] = (pairs, kv)
+        return cost.run_seconds(n * q, n, n * q, ep, writes, k, pairs, kv)
+
+    best, who = busiest_rank(cost, n_per, ep, writes, m, seconds_of)
+    t0, ends_all, updates = step_ends(core, now, best, asynchronous)
     m = min(m, int(np.searchsorted(updates, horizon, side="left")))
     # Blocks: each request asks at the j-th schedule for cdiv(context + q + lookahead, block) of each group.
     needs = []
@@ -182,23 +171,12 @@ def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[
     if 0 < spec.acceptance < 1:
         again = rng.binomial(k, spec.acceptance, size=(m, n_all))
         assert (again == accepted[:m]).all()
-    ends = ends_all[:m].tolist()
-    starts = np.concatenate(([t0], ends_all[:-1]))[:m]
-    secs = (ends_all[:m] - starts).tolist()
+    ends, secs = run_times(t0, ends_all, m)
     update_times = [core.queue[0].end, *ends[:-1]] if asynchronous else ends
     if asynchronous:
         core.queue.pop()
     if core.record:
-        tl = core.timeline
-        waiting = sum(len(s.waiting) + len(s.kv_holding_waiting) for s in ranks)
-        used = sum(s.kv.pool.used for s in ranks)
-        tl.t.extend(ends)
-        tl.running.extend([n_all] * m)
-        tl.waiting.extend([waiting] * m)
-        tl.kv_used.extend((np.cumsum(sum(n[:m] for n in needs)) + used).tolist())
-        tl.tokens.extend([n_all * q] * m)
-        tl.prefill_tokens.extend([0] * m)
-        tl.seconds.extend(secs)
+        record_steps(core, ranks, m, ends, secs, needs, q)
         rows = []
         for j in range(m):
             i = int(who[j])
@@ -208,7 +186,7 @@ def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[
             else:
                 pairs, kv = sums[i]
                 rows.append((n * q, n, 0, float(pairs[j]), float(pairs[j]), float(kv[j]), n * q, ep, writes, k))
-        tl.add_batches(np.asarray(rows, dtype=float))
+        core.timeline.add_batches(np.asarray(rows, dtype=float))
     total = kept[:m].sum(axis=0)
     last = ctx[m - 1]
     plans = []
