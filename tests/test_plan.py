@@ -445,15 +445,28 @@ def test_simulated_rows_run_the_engines_the_recipes_start(monkeypatch: pytest.Mo
     assert engines and all(e.vllm_config()["no-enable-prefix-caching"] is True for e in engines)
 
 
-def test_a_simulated_row_measures_two_rounds_and_at_least_512_requests() -> None:
-    """pdtune.plan.evaluate.sim_rounds: at least two rounds of one request per client, and the fewest whole rounds
-    that reach 512 measured requests; by hand, 8 clients need 512 / 8 = 64 rounds, 200 need ceil(512 / 200) = 3,
-    512 and 2,048 clients two."""
-    from pdtune.plan.evaluate import SIM_MEASURED, SIM_ROUNDS, sim_rounds
+def test_a_simulated_row_runs_the_measured_run_sa_bench_starts() -> None:
+    """pdtune.plan.evaluate.sim_workload: srt-slurm 0.3.0's sa-bench (srtctl/benchmarks/scripts/sa-bench/bench.sh)
+    measures concurrency x NUM_PROMPTS_MULT = 10 x C prompts after a warm-up run that has ended; by hand, 8 clients
+    send 80 prompts of exactly the plan's lengths, all eight at once first. The warm-up run is left out because
+    nothing of it stays in the engines: the same run with it simulated gives the same statistics (to rounding: the
+    measured run starts later on the clock), but for the steps counted."""
+    from tests.test_sim_run import EFF, small_engine
 
-    assert (SIM_MEASURED, SIM_ROUNDS) == (512, 2)
-    assert [sim_rounds(c) for c in (8, 200, 512, 2048)] == [64, 3, 2, 2]
-    assert sim_rounds(6, measured=30, rounds=1) == 5
+    from pdtune.plan.evaluate import SIM_ROUNDS, sim_workload
+    from pdtune.sim import SimConfig, closed_loop, simulate
+
+    assert SIM_ROUNDS == 10
+    wl = sim_workload(8, 1024, 128)
+    assert len(wl.main.requests) == 80 and all(w.name != "warmup run" for w in wl.phases)
+    assert {(r.isl, r.osl) for r in wl.main.requests} == {(1024, 128)}
+    assert wl.main.concurrency == 8 and wl.main.ready[:8] == (0.0,) * 8
+    config = SimConfig(record_timeline=False, enable_prefix_caching=False)
+    warm = closed_loop(8, 1024, 128, num_prompts=80, warmups=16, harness="sa-bench", range_ratio=1.0)
+    assert any(w.name == "warmup run" for w in warm.phases)
+    alone, after = (simulate(small_engine(), w, efficiency=EFF, config=config).stats() for w in (wl, warm))
+    assert after.pop("steps") > alone.pop("steps")  # the warm-up run's own steps, counted by the run
+    assert alone == pytest.approx(after, rel=1e-12)
 
 
 def test_simulated_rows_run_in_parallel_only_when_worth_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pdtune.harnesses import HARNESSES
 from pdtune.plan.inputs import TpotP90
 
 #: What every row's latencies come from until the scheduler simulation lands.
@@ -86,23 +87,26 @@ def evaluate_rows(rows: pd.DataFrame, tpot_p90: TpotP90) -> pd.DataFrame:
 
 #: ``latency_model`` of rows the scheduler simulation evaluated.
 SIMULATED = "simulated (pdtune.sim)"
-SIMULATED_NOTE = ("pdtune.sim, vLLM 0.33's scheduler stepped on pdtune's step costs: an sa-bench closed loop at the "
-                  "row's concurrency (one round of warm-up, then at least two rounds of one request per client and "
-                  "at least 512 requests, lengths exactly the plan's), TTFT and TPOT medians and tails of the "
-                  "simulated requests, queueing included")
-#: Rounds of one request per client a simulated row measures at least, after one round of warm-up. At thousands
-#: of clients the statistics still move with more rounds (DeepSeek-V3's pick on 72 GB200: median TTFT 19.2 s
-#: measured over one round, 9.9 s over two), so fewer than two is never used; more cost CPU in proportion.
-SIM_ROUNDS = 2
-#: Requests a simulated row measures at least: a row at 8 clients runs 64 rounds, so its p90 rests on 512
-#: requests, not 16.
-SIM_MEASURED = 512
+SIMULATED_NOTE = ("pdtune.sim, vLLM 0.33's scheduler stepped on pdtune's step costs: the measured run of an "
+                  "sa-bench closed loop at the row's concurrency as srt-slurm 0.3.0 starts it (10 prompts per "
+                  "client, all clients at once on idle engines after the warm-up run has drained, lengths exactly "
+                  "the plan's), TTFT and TPOT medians and tails of the simulated requests, queueing included")
+#: Prompts per client of the measured run: srt-slurm 0.3.0's sa-bench sends ``concurrency x NUM_PROMPTS_MULT``
+#: (default 10, srtctl/benchmarks/scripts/sa-bench/bench.sh) after a warm-up run of ``2 x concurrency`` that
+#: ends before the measured run starts. Its first round is a burst of every client at once on idle engines, and
+#: its share of the requests sets the tails: with two rounds (this plan until 2026-12-07) it was half of them,
+#: and DeepSeek-V3's 2,000-client row on 72 GB200 had a median TTFT of 9.7 s; over ten rounds, 0.75 s.
+SIM_ROUNDS = HARNESSES["sa-bench"].prompts
 
 
-def sim_rounds(concurrency: int, measured: int = SIM_MEASURED, rounds: int = SIM_ROUNDS) -> int:
-    """Rounds of one request per client a simulated row measures: at least ``rounds``, and the fewest whole
-    rounds that reach ``measured`` requests."""
-    return max(rounds, -(-measured // max(1, concurrency)))
+def sim_workload(concurrency: int, isl: int, osl: int, rounds: int = SIM_ROUNDS) -> Any:
+    """The measured run of the benchmark a recipe starts (sa-bench, ``random_range_ratio`` 1.0) at
+    ``concurrency`` clients. The warm-up run is left out: it drains before the measured run, and with prefix
+    caching off nothing of it stays in a simulated engine but the draws of speculative acceptance."""
+    from pdtune.sim import closed_loop
+
+    return closed_loop(concurrency, isl, osl, num_prompts=rounds * concurrency, warmups=0, harness="sa-bench",
+                       range_ratio=1.0)
 
 
 #: Candidates one call of the simulated evaluator takes (best first) while an SLA's pick is sought.
@@ -115,7 +119,7 @@ SIM_CANDIDATES = 12
 
 
 def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any], tpot_p90: TpotP90,
-              *, measured: int = SIM_MEASURED) -> Evaluator:
+              *, rounds: int = SIM_ROUNDS) -> Evaluator:
     """The evaluation step run by the scheduler simulation (:mod:`pdtune.sim`): every row is simulated as the
     benchmark its recipe runs (sa-bench at the row's concurrency, ``random_range_ratio`` 1.0), aggregated rows
     as one of their servers (the replicas are alike), disaggregated rows as their ``x`` prefill and ``y``
@@ -126,7 +130,7 @@ def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str,
     Costs CPU time in proportion to the requests and steps simulated (tens of seconds a row at thousands of
     requests in flight), which is why the plan's default is the steady-state model."""
     return Evaluator(SIMULATED, partial(_simulate_rows, spec=spec, gpus=gpus, settings=settings, factors=factors,
-                                        tpot_p90=tpot_p90, measured=measured, cache={}),
+                                        tpot_p90=tpot_p90, rounds=rounds, cache={}),
                      SIM_BATCH, SIM_CANDIDATES)
 
 
@@ -176,10 +180,10 @@ def sim_jobs(rows: int, work: int) -> int:
 
 
 def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
-                  measured: int, cache: dict | None = None) -> dict[str, float]:
+                  rounds: int, cache: dict | None = None) -> dict[str, float]:
     """One reported row's benchmark, simulated (see :func:`simulated`): its statistics, ``total_tps`` for the
     whole deployment."""
-    from pdtune.sim import SimConfig, closed_loop, simulate, simulate_disagg
+    from pdtune.sim import SimConfig, simulate, simulate_disagg
 
     s = settings
     cache = _WORKER_ENGINES if cache is None else cache
@@ -191,8 +195,7 @@ def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], setting
         role = "prefill" if gpu is gpus["prefill"] else "decode"
         c = int(r["server_concurrency"])
         engine = _sim_engine(spec, gpu, s, "agg", r["topology"], 0, c, cache)
-        wl = closed_loop(c, s.isl, s.osl, num_prompts=sim_rounds(c, measured) * c, warmups=c,
-                         harness="sa-bench", range_ratio=1.0)
+        wl = sim_workload(c, s.isl, s.osl, rounds)
         st = simulate(engine, wl, efficiency=factors[role].efficiency, config=config).stats()
         total = st["total_tps"] * int(r["agg_replicas"])
     else:
@@ -201,8 +204,7 @@ def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], setting
                         int(r["prefill_concurrency"]), cache)
         d = _sim_engine(spec, gpus["decode"], s, "decode", r["decode_topology"], int(r["mtp_tokens"]),
                         int(r["decode_concurrency"]), cache)
-        wl = closed_loop(c, s.isl, s.osl, num_prompts=sim_rounds(c, measured) * c, warmups=c,
-                         harness="sa-bench", range_ratio=1.0)
+        wl = sim_workload(c, s.isl, s.osl, rounds)
         st = simulate_disagg(p, d, int(r["n_prefill_workers"]), int(r["n_decode_workers"]), wl,
                              efficiency=factors["decode"].efficiency, config=config).stats()
         total = st["total_tps"]
@@ -214,12 +216,12 @@ _WORKER_ENGINES: dict = {}
 
 
 def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
-                   tpot_p90: TpotP90, measured: int, cache: dict) -> pd.DataFrame:
+                   tpot_p90: TpotP90, rounds: int, cache: dict) -> pd.DataFrame:
     out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
     records = rows.to_dict("records")
-    each = [(sim_rounds(c, measured) + 1) * c * settings.osl
+    each = [rounds * c * settings.osl
             for c in (int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"]) for r in records)]
-    one = partial(_simulate_one, spec=spec, gpus=gpus, settings=settings, factors=factors, measured=measured)
+    one = partial(_simulate_one, spec=spec, gpus=gpus, settings=settings, factors=factors, rounds=rounds)
     jobs = sim_jobs(len(records), sum(each))
     if jobs == 1:
         stats = [one(r, cache=cache) for r in records]
