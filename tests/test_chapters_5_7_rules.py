@@ -39,7 +39,7 @@ PAGE_FUNCTIONS = {
     "06_decode": {"kv_room"},
     "06_decode_experts": {"experts_touched", "busiest_rank"},
     "07_frontier": {"rate_match", "upper_envelope", "sla_pick"},
-    "07_frontier_rate": set(),
+    "07_frontier_rate": {"clients", "decode_tpot_at"},
     "07_frontier_measured": set(),
 }
 
@@ -200,6 +200,35 @@ def test_rate_match_is_the_packages(prompts: int, ttft: float, requests: int, tp
     prefill, decode = prompts * 1000.0 / ttft, requests * 1000.0 / (tpot * (osl - 1))
     rate, per_gpu = shown(prefill, decode, x, y, gpus_p, gpus_d, isl, osl)
     assert (rate * float(isl + osl), per_gpu) == (row["total_tps"], row["tps_per_gpu"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(ttft=positive, sweep=st.lists(st.tuples(counts, positive), min_size=1, max_size=5,
+                                     unique_by=lambda p: p[0]),
+       xy=_coprime, osl=st.integers(2, 4096), at=st.data())
+def test_clients_and_decode_tpot_at_are_the_packages(ttft: float, sweep: list[tuple[int, float]],
+                                                     xy: tuple[int, int], osl: int, at: st.DataObject) -> None:
+    """07_frontier_rate's clients and decode_tpot_at give rate_match's concurrency for every x : y and decode
+    point, prefill-bound or not (pdtune.frontier.xpyd._match_pair, paced_tpot)."""
+    shown = page_functions("07_frontier_rate")
+    x, y = xy
+    common = {"source": "t", "path": "t", "model": "m", "mtp_tokens": 0, "isl": 100, "osl": osl}
+    p = pd.DataFrame([{**common, "mode": "prefill", "topology": "TP2", "gpus_total": 2, "concurrency": 1,
+                       "ttft_ms_p50": ttft}])
+    d = pd.DataFrame([{**common, "mode": "decode", "topology": "TP4", "gpus_total": 4, "concurrency": c,
+                       "tpot_ms_p50": t} for c, t in sweep])
+    rows = rate_match(p, d, osl, max(x, y), isl=100)
+    j = at.draw(st.integers(0, len(sweep) - 1))
+    row = rows[(rows["n_prefill_workers"] == x) & (rows["n_decode_workers"] == y)
+               & (rows["decode_concurrency"] == sweep[j][0])].iloc[0]
+    caps = sorted((c * 1000.0 / (t * (osl - 1)), c, t) for c, t in sweep)
+    points = [(cap, t) for cap, _, t in caps]
+    prefill, decode = 1 * 1000.0 / ttft, sweep[j][0] * 1000.0 / (sweep[j][1] * (osl - 1))
+    rate = min(x * prefill, y * decode)
+    tpot = sweep[j][1]
+    if x * prefill < y * decode:  # prefill-bound: the decode side at the rate it is fed
+        tpot = min(shown["decode_tpot_at"](rate / y, points), tpot)
+    assert shown["clients"](rate, ttft, tpot, osl) == row["concurrency"]
 
 
 _axis = st.sampled_from([1.0, 2.5, 2.5, 10.0, 33.3, 100.0, 180.0])

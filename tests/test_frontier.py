@@ -257,6 +257,30 @@ def test_rate_match_hand_computed():
     assert upper_envelope(pred).deployment.tolist() == ["5xTP2DP4+EP : 8xTEP8"]
 
 
+def test_a_prefill_bound_row_runs_as_many_clients_as_its_decode_side_holds_at_its_rate():
+    # pdtune.frontier.xpyd._match_pair / paced_tpot. Prefill (one point): P = 1 * 1000 / 10 = 100 req/s a worker.
+    # Decode, OSL 11 (10 steps): D = 10 * 1000 / (10 * 10) = 100 req/s at 10 requests (TPOT 10 ms) and
+    # 40 * 1000 / (20 * 10) = 200 req/s at 40 (TPOT 20 ms).
+    # 3:2 at the 40-request point: R = min(300, 400) = 300, prefill-bound; each decode worker is fed 150 req/s,
+    #   between the points' capacities: TPOT_R = 10 + (150 - 100) / (200 - 100) * (20 - 10) = 15 ms, so it holds
+    #   150 * 15 * 10 / 1000 = 22.5 requests, not 40. Concurrency 300 * (10 + 15 * 10) / 1000 = 48, where the
+    #   point's TPOT would give 300 * (10 + 20 * 10) / 1000 = 63: 15 clients more than the system holds.
+    #   The row's TPOT stays the point's, 20 ms (a bound).
+    # 1:2 at the 40-request point: R = 100, 50 req/s a decode worker, below the lightest point's capacity:
+    #   that point's TPOT, 10 ms; concurrency 100 * (10 + 10 * 10) / 1000 = 11.
+    # 3:2 at the 10-request point: R = min(300, 200) = 200, decode-bound: its own TPOT; 200 * 110 / 1000 = 22.
+    prefill = isolated("prefill", "TEP8", 8, [(1, 10.0)], isl=100)
+    decode = isolated("decode", "TEP8", 8, [(10, 10.0), (40, 20.0)], isl=1)
+    by = rate_match(prefill, decode, osl=11, max_workers=3).set_index(
+        ["n_prefill_workers", "n_decode_workers", "decode_concurrency"])
+    row = by.loc[(3, 2, 40)]
+    assert (row.bottleneck, row.paced_tpot_ms, row.tpot_ms_p50, row.total_tps) == ("prefill", 15.0, 20.0, 300 * 111)
+    assert row.concurrency == pytest.approx(48.0, rel=1e-12)
+    assert (by.loc[(1, 2, 40)].paced_tpot_ms, by.loc[(1, 2, 40)].concurrency) == (10.0, pytest.approx(11.0))
+    assert (by.loc[(3, 2, 10)].bottleneck, by.loc[(3, 2, 10)].paced_tpot_ms) == ("decode", 10.0)
+    assert by.loc[(3, 2, 10)].concurrency == pytest.approx(22.0)
+
+
 def test_rate_match_multiples_are_bit_identical_per_gpu_and_the_smaller_wins():
     prefill, decode = hand_sweeps()
     pred = rate_match(prefill, decode, osl=1001, max_workers=16).set_index(["n_prefill_workers", "n_decode_workers"])
@@ -292,6 +316,7 @@ def test_rate_match_equals_brute_force_over_every_combination():
     for (pt, pg), pre in prefill.groupby(["topology", "gpus_total"]):
         cap_p = pre.concurrency.to_numpy() * 1000 / pre.ttft_ms_p50.to_numpy()
         for (dt, dg), dec in decode.groupby(["topology", "gpus_total"]):
+            caps = dec.concurrency.to_numpy() * 1000 / (dec.tpot_ms_p50.to_numpy() * (osl - 1))
             for bd, tpot in zip(dec.concurrency, dec.tpot_ms_p50):
                 cap_d = bd * 1000 / (tpot * (osl - 1))
                 for x in range(1, bound + 1):
@@ -307,6 +332,14 @@ def test_rate_match_equals_brute_force_over_every_combination():
                         assert row.total_tps == pytest.approx(g * best * (isl + osl), rel=1e-12)
                         assert row.ttft_ms_p50 == lightest
                         assert row.gpus_total == x * pg + y * dg
+                        # prefill-bound: the decode side's TPOT at the rate each decode worker is fed
+                        paced = tpot
+                        if x // g * cap_p.max() < y // g * cap_d:
+                            order = np.argsort(caps)
+                            paced = min(tpot, np.interp(best / (y // g), caps[order],
+                                                        dec.tpot_ms_p50.to_numpy()[order]))
+                        assert row.concurrency == pytest.approx(g * best * (lightest + paced * (osl - 1)) / 1000,
+                                                                rel=1e-12)
 
 
 @pytest.mark.parametrize("change, field", [

@@ -347,7 +347,6 @@ NOT_RULES: dict[tuple[str, str], str] = {
 #: Lesson pages that show no rule of their own yet, each with who is writing it. A page listed here must
 #: still have none (else take it off the list).
 RULES_PENDING: dict[str, str] = {
-    "07_frontier_rate": "applies 07_frontier's rate_match and upper_envelope to the scenario's sweeps",
     "07_frontier_measured": "reads measured frontiers with 07_frontier's upper_envelope",
 }
 

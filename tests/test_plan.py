@@ -517,3 +517,20 @@ def test_weights_say_what_the_config_does_not(capsys: pytest.CaptureFixture[str]
     plan = json.loads(capsys.readouterr().out)
     assert plan["model"]["precision"] == "fp8+fp8-experts"
     assert plan["picks"][0]["met"] and plan["rows"][plan["picks"][0]["row"]]["gpus_total"] <= 16
+
+
+def test_an_sla_search_takes_one_of_rows_that_run_alike() -> None:
+    """pdtune.plan.report._ranked: two prefill-bound rows of one deployment at two decode points run the same rate
+    at the same paced concurrency; only the one with the lower TPOT bound (more tokens/s per user) is a candidate,
+    so a slow evaluator does not run the same benchmark twice. A row of the same deployment at another
+    concurrency stays."""
+    import pandas as pd
+
+    from pdtune.plan.report import _ranked
+
+    rows = pd.DataFrame({"deployment": ["4xA : 1xB", "4xA : 1xB", "4xA : 1xB", "2xA : 1xC"],
+                         "concurrency": [2233, 2233, 2080, 900], "tps_per_gpu": [10663.0, 10663.0, 10530.0, 9000.0],
+                         "tps_per_user": [20.6, 27.0, 27.3, 60.0], "gpus_total": [48, 48, 48, 24]},
+                        index=[10, 11, 12, 13])
+    assert _ranked(rows, np.ones(4, dtype=bool)) == [11, 12, 13]
+    assert _ranked(rows, np.array([True, False, True, True])) == [10, 12, 13]

@@ -228,6 +228,52 @@ def prediction_ends_sentence(pred: Prediction) -> str:
             f"({fast['deployment']}).")
 
 
+@dataclass(frozen=True)
+class PacedExample:
+    """One prefill-bound rate-matched row and what counting its clients by hand takes (chapter 7's page)."""
+
+    deployment: str
+    rate: float  # requests/s of the whole deployment (the prefill engines')
+    decode_engines: int
+    ttft_ms: float
+    point_tpot_ms: float  # the decode point's TPOT: the row's TPOT
+    points: tuple[tuple[float, float], ...]  # the decode deployment's sweep: (requests/s, TPOT ms), by requests/s
+    concurrency: float  # the row's, as rate matching gives it
+
+
+def paced_example(pred: Prediction, decode: Sweep, osl: int) -> PacedExample | None:
+    """The prefill-bound row with the most tokens/s per GPU on the predicted envelope, else among the rows that
+    fit their KV room; None when no row is prefill-bound."""
+    if not pred.available:
+        return None
+    for frame in (pred.envelope, pred.rows[pred.rows["fits_kv"]]):
+        bound = frame[frame["bottleneck"].astype(str) == "prefill"] if "bottleneck" in frame else frame.iloc[:0]
+        if len(bound):
+            break
+    else:
+        return None
+    row = bound.loc[bound["tps_per_gpu"].idxmax()]
+    d = canonical_topologies(decode.frame)
+    d = d[(d["topology"] == row["decode_topology"]) & (d["mtp_tokens"] == row["mtp_tokens"])]
+    capacity = d["concurrency"].to_numpy(dtype=float) * 1000.0 / (d["tpot_ms_p50"].to_numpy(dtype=float) * (osl - 1))
+    points = sorted(zip(capacity.tolist(), d["concurrency"].tolist(), d["tpot_ms_p50"].tolist()))
+    return PacedExample(str(row["deployment"]), float(row["total_tps"]) / float(row["isl"] + row["osl"]),
+                        int(row["n_decode_workers"]), float(row["ttft_ms_p50"]), float(row["tpot_ms_p50"]),
+                        tuple((c, float(t)) for c, _, t in points), float(row["concurrency"]))
+
+
+def paced_sentence(ex: PacedExample | None, tpot_r: float, clients: float, naive: float) -> str:
+    """The worked count of :func:`paced_example`, in words."""
+    if ex is None:
+        return ("No rate-matched point of these sweeps is prefill-bound, so every row runs at its decode "
+                "point's TPOT.")
+    per_engine = ex.rate / ex.decode_engines
+    return (f"{ex.deployment} is prefill-bound: its prefill engines deliver {ex.rate:,.2f} requests/s, "
+            f"{per_engine:,.2f} to each decode engine, whose sweep reads {tpot_r:,.1f} ms at that rate against "
+            f"{ex.point_tpot_ms:,.1f} ms at its point. It runs {clients:,.0f} clients; the point's TPOT would "
+            f"give {naive:,.0f}, and the {max(naive - clients, 0):,.0f} more would wait in the prefill queue.")
+
+
 @dataclass(frozen=True, eq=False)
 class RealData:
     """InferenceX's measured GB200 DeepSeek-R1 points, their envelope and the performance model's error."""

@@ -30,6 +30,7 @@ RATE_MATCH_COLUMNS: tuple[str, ...] = (
     "isl", "osl", "concurrency", "total_tps", "output_tps", "ttft_ms_p50", "ttft_ms_p99",
     "tpot_ms_p50", "tpot_ms_mean", "tpot_ms_p99", "tps_per_gpu", "tps_per_user", "accuracy",
     "output_tps_per_decode_gpu", "modeled", "deployment", "prefill_concurrency", "decode_concurrency", "bottleneck",
+    "paced_tpot_ms",
 )
 
 #: What the KV-room check adds to a rate-matched frame (see :func:`rate_match`'s ``decode_room``).
@@ -45,7 +46,14 @@ def rate_match(prefill_df: pd.DataFrame, decode_df: pd.DataFrame, osl: int, max_
 
     * prefill capacity ``P = B_p * 1000 / TTFT_p``; decode capacity ``D = B_d * 1000 / (TPOT * (OSL - 1))``;
     * system rate ``R = min(x * P, y * D)``; tokens/s ``R * (ISL + OSL)`` over ``x * g_p + y * g_d`` GPUs;
-    * tokens/s per user ``1000 / TPOT``; concurrency by Little's law ``R * (TTFT_p + TPOT * (OSL - 1)) / 1000``.
+    * tokens/s per user ``1000 / TPOT``; concurrency by Little's law ``R * (TTFT_p + TPOT_R * (OSL - 1)) / 1000``,
+      where ``TPOT_R`` (``paced_tpot_ms``) is the decode side's TPOT at the rate it is fed: the point's own TPOT
+      when decode sets ``R``; when prefill does, each decode worker runs ``R / y`` requests/s, below the point's
+      capacity, so it holds fewer requests and steps faster: the decode sweep's TPOT interpolated (linearly in
+      capacity) at ``R / y``, never above the point's. With the point's TPOT instead, a closed loop at that
+      concurrency has more clients than the system holds, and the rest wait in the prefill queue (pdtune.sim
+      shows it; DeepSeek-V3 on 72 GB200, 4xDP8+EP : 1xDP16+EP: 2,779 clients and a median TTFT of 10.9 s).
+      The row's TPOT stays the point's, a bound on ``TPOT_R``.
 
     Every ``x, y`` in ``1..max_workers`` is evaluated for every pair of prefill and decode deployments
     (an isolated deployment is a ``topology``, with ``mtp_tokens`` on the decode side).
@@ -178,7 +186,7 @@ def _check_osl(osl: Any) -> None:
 _RM_FLOAT = tuple(c for c in RATE_MATCH_COLUMNS if c in (
     "mtp_tokens", "concurrency", "total_tps", "output_tps", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50",
     "tpot_ms_mean", "tpot_ms_p99", "tps_per_gpu", "tps_per_user", "accuracy", "output_tps_per_decode_gpu",
-    "prefill_concurrency", "decode_concurrency"))
+    "prefill_concurrency", "decode_concurrency", "paced_tpot_ms"))
 _RM_INT = ("n_prefill_workers", "n_decode_workers", "gpus_prefill", "gpus_decode", "gpus_total", "isl", "osl")
 _BOTTLENECK = ("prefill", "decode", "balanced")
 
@@ -302,9 +310,10 @@ def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray
     rate = rate_r * g.astype(np.float64)
     tpot = d.latency[point]
     ttft = p.latency[pp]
+    paced = np.where(limit == 0, np.minimum(paced_tpot(d, rate_r / yr), tpot), tpot)
     values = {
         "mtp_tokens": d.mtp_tokens,
-        "concurrency": rate * (ttft + tpot * (osl - 1)) / 1000.0,
+        "concurrency": rate * (ttft + paced * (osl - 1)) / 1000.0,
         "total_tps": rate * tokens,
         "output_tps": rate * osl,
         "ttft_ms_p50": ttft,
@@ -318,6 +327,7 @@ def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray
         "output_tps_per_decode_gpu": rate * osl / (y * d.gpus),
         "prefill_concurrency": p.concurrency[pp],
         "decode_concurrency": d.concurrency[point],
+        "paced_tpot_ms": paced,
     }
     for j, name in enumerate(_RM_FLOAT):
         floats[j] = values[name]
@@ -326,6 +336,14 @@ def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray
     for j, name in enumerate(_RM_INT):
         ints[j] = whole[name]
     bottleneck[:] = limit
+
+
+def paced_tpot(d: IsolatedSweep, rate: np.ndarray) -> np.ndarray:
+    """The TPOT of one decode worker of sweep ``d`` fed ``rate`` requests/s: its points' TPOT interpolated linearly
+    in their capacity (requests/s), the lightest point's below it and the heaviest's above."""
+    assert d.capacity is not None
+    order = np.lexsort((d.concurrency, d.capacity))
+    return np.interp(rate, d.capacity[order], d.latency[order])
 
 
 def predicted_vs_measured(predicted: pd.DataFrame, measured: pd.DataFrame, *,

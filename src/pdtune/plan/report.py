@@ -65,11 +65,16 @@ def _layouts(rows: pd.DataFrame) -> np.ndarray:
 
 def _ranked(rows: pd.DataFrame, mask: np.ndarray) -> list[Any]:
     """Labels of the rows in ``mask``, best first: most tokens/s per GPU, then fewest GPUs, then the most
-    tokens/s per user (the frontier's tie rule), then the label."""
+    tokens/s per user (the frontier's tie rule), then the label. Of rows with the same deployment, concurrency
+    and tokens/s per GPU only the first: a prefill-bound row of two decode points runs the same rate at the
+    same paced concurrency (pdtune.frontier.xpyd.rate_match), and the lighter point's bounds its TPOT lower."""
     sub = rows[mask]
-    order = np.lexsort((sub["deployment"].astype(str).to_numpy(), -sub["tps_per_user"].to_numpy(dtype=float),
+    deployment = sub["deployment"].astype(str).to_numpy()
+    order = np.lexsort((deployment, -sub["tps_per_user"].to_numpy(dtype=float),
                         sub["gpus_total"].to_numpy(dtype=float), -sub["tps_per_gpu"].to_numpy(dtype=float)))
-    return list(sub.index[order])
+    keys = pd.DataFrame({"d": deployment, "c": sub["concurrency"].to_numpy(),
+                         "t": sub["tps_per_gpu"].to_numpy(dtype=float)}).iloc[order]
+    return list(sub.index[order[~keys.duplicated().to_numpy()]])
 
 
 @dataclass

@@ -628,7 +628,7 @@ def _with_transfer(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[s
     col = {name: np.asarray(values)[codes] for name, values in per_key.items()}
     ttft = matched["ttft_ms_p50"].to_numpy(dtype=float)
     rate = matched["total_tps"].to_numpy(dtype=float) / (s.isl + s.osl)
-    tpot = matched["tpot_ms_p50"].to_numpy(dtype=float)
+    paced = matched["paced_tpot_ms"].to_numpy(dtype=float)
     p_ranks = matched["n_prefill_workers"].to_numpy() * col["p_dp"]
     d_ranks = matched["n_decode_workers"].to_numpy() * col["d_dp"]
     utilization = np.maximum(rate / p_ranks * col["send"], rate / d_ranks * col["recv"]) / col["bandwidth"]
@@ -658,8 +658,9 @@ def _with_transfer(matched: pd.DataFrame, ctx: _Context, transfers: dict[tuple[s
         decode_block_tokens=col["dblock"].astype(np.int64),
         block_size_to_set=block,
         decode_room=col["room"].astype(float),
-        # Little's law with the transfer inside TTFT, in whole requests (what --max-concurrency is set to).
-        concurrency=np.maximum(1, np.rint(rate * (total_ttft + tpot * (s.osl - 1)) / 1000.0)).astype(np.int64),
+        # Little's law with the transfer inside TTFT, in whole requests (what --max-concurrency is set to), at the
+        # TPOT the decode side runs at the row's rate (pdtune.frontier.xpyd.rate_match: paced_tpot_ms).
+        concurrency=np.maximum(1, np.rint(rate * (total_ttft + paced * (s.osl - 1)) / 1000.0)).astype(np.int64),
         prefill_concurrency=matched["prefill_concurrency"].to_numpy(dtype=float).astype(np.int64),
         decode_concurrency=matched["decode_concurrency"].to_numpy(dtype=float).astype(np.int64),
         network_charged=col["charged"].astype(bool),
