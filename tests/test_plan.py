@@ -534,3 +534,62 @@ def test_an_sla_search_takes_one_of_rows_that_run_alike() -> None:
                         index=[10, 11, 12, 13])
     assert _ranked(rows, np.ones(4, dtype=bool)) == [11, 12, 13]
     assert _ranked(rows, np.array([True, False, True, True])) == [10, 12, 13]
+
+
+def test_a_slow_evaluator_stops_searching_a_mode_once_it_has_a_pick_and_a_runner_up() -> None:
+    """pdtune.plan.report.report_table: with a batched evaluator, once a pick under the TTFT ceiling and a row of
+    another layout meeting the SLA (a runner-up) are evaluated, only candidates of a mode not yet seen are
+    evaluated (the best aggregated row here); the pick and the best of each mode are the full evaluation's."""
+    import re
+
+    from pdtune.plan import Evaluator, evaluate_rows
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128)
+    base = plan(s, [Sla(min_tps_per_user=30)])
+    calls: list[list[tuple[str, str]]] = []
+
+    def same(rows: object) -> object:
+        calls.append(list(zip(rows["mode"].astype(str), rows["deployment"].astype(str))))  # type: ignore[index]
+        return evaluate_rows(rows, base.tpot_p90)  # type: ignore[arg-type]
+
+    p = plan(s, [Sla(min_tps_per_user=30)], evaluator=Evaluator("same", same, batch=1))
+    search = [c[0] for c in calls[:-1]]  # the last call evaluates the reported table
+    layouts = [re.sub(r"\b\d+x", "", dep) for _, dep in search]  # the deployment without its worker counts
+    second = next(i for i, lay in enumerate(layouts) if lay != layouts[0])
+    assert {m for m, _ in search[:second + 1]} == {"disagg"}
+    assert [m for m, _ in search[second + 1:]] == ["agg"]  # the other disaggregated candidates were skipped
+    got, want = p.picks[0], base.picks[0]
+    assert [p.row(r)["deployment"] for r in (got.row, got.best_agg, got.best_disagg)] == \
+        [base.row(r)["deployment"] for r in (want.row, want.best_agg, want.best_disagg)]
+
+
+def test_a_runner_up_above_the_ceiling_is_named_once_with_its_ttft() -> None:
+    """pdtune.plan.report.picks_sentence: a runner-up with more tokens/s per GPU than the pick can only be one above
+    the TTFT ceiling (the faster row): it is named once, with its TTFT, never as "-0.4% less"; a runner-up under
+    the ceiling reads as before. Rows made up for the sentence."""
+    from types import SimpleNamespace
+
+    from pdtune.plan.report import Pick, picks_sentence
+
+    rows = {
+        5: {"deployment": "4xA : 1xB", "mode": "disagg", "gpus_total": 48, "concurrency": 2080,
+            "tps_per_gpu": 9899.0, "tps_per_user": 27.4, "ttft_ms_p50": 728.0, "kv_transfer_share": 0.001,
+            "bottleneck_words": "decode-bound"},
+        4: {"deployment": "4xA : 1xC", "mode": "disagg", "gpus_total": 48, "concurrency": 2233,
+            "tps_per_gpu": 9934.0, "tps_per_user": 26.0, "ttft_ms_p50": 1674.0, "kv_transfer_share": 0.0,
+            "bottleneck_words": "prefill-bound"},
+        3: {"deployment": "2xA : 1xD", "mode": "disagg", "gpus_total": 24, "concurrency": 900,
+            "tps_per_gpu": 8910.0, "tps_per_user": 30.0, "ttft_ms_p50": 600.0, "kv_transfer_share": 0.0,
+            "bottleneck_words": "decode-bound"},
+    }
+    view = SimpleNamespace(row=rows.__getitem__, settings=SimpleNamespace(max_gpus=72),
+                           ceiling=SimpleNamespace(ms=1000.0))
+    faster = Pick(Sla(min_tps_per_user=20), True, 5, None, None, 10, runner_up=4, faster_above_ceiling=4)
+    text = picks_sentence(view, faster)  # type: ignore[arg-type]
+    assert "less" not in text and text.count("row 4") == 1
+    assert "runner-up row 4, 4xA : 1xC, would give 9,934 tokens/s per GPU at a TTFT of 1,674 ms, above the " \
+        "1,000 ms ceiling" in text
+    slower = Pick(Sla(min_tps_per_user=20), True, 5, None, None, 10, runner_up=3, faster_above_ceiling=4)
+    text = picks_sentence(view, slower)  # type: ignore[arg-type]
+    assert "runner-up row 3, 2xA : 1xD (disaggregated, 24 GPUs), 8,910 tokens/s per GPU (10.0% less)" in text
+    assert "; row 4, 4xA : 1xC, would give 9,934" in text

@@ -144,8 +144,18 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
         mode_of: dict[Any, str] = {}
         limit = len(ranked) if evaluator.limit is None else min(evaluator.limit, len(ranked))
         finished = False
-        for start in range(0, limit, batch):
-            chunk = ranked[start:min(start + batch, limit)]
+        queue = ranked[:limit]
+        mode_rank = rows["mode"].astype(str)
+        while queue:
+            if "pick" in within and len({dep_of[lab] for lab in order}) > 1:
+                # A pick under the ceiling and a row of another deployment (a runner-up) are found: of the rest,
+                # only the best row of a mode not yet seen is still wanted, so the candidates of the modes found
+                # are not evaluated (they would cost a slow evaluator minutes and could only be the runner-up).
+                seen_modes = set(within) | set(anywhere)
+                queue = [lab for lab in queue if mode_rank[lab] not in seen_modes]
+                if not queue:
+                    break
+            chunk, queue = queue[:batch], queue[batch:]
             evaluate(chunk)
             sub = evaluated(chunk)
             ok = sla.meets(sub)
@@ -304,18 +314,20 @@ def picks_sentence(p: PlanView, pick: Pick) -> str:
     text = (f"{pick.sla.describe()}: row {pick.row}, {_row_brief(r)} at concurrency {r['concurrency']}: "
             f"{r['tps_per_gpu']:,.0f} tokens/s per GPU, {floor_to(r['tps_per_user'], 1):.1f} tokens/s per user, "
             f"TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms{kv}{p90}; bottleneck: {r['bottleneck_words']}")
-    if pick.runner_up is not None:
+    above = pick.faster_above_ceiling is not None and p.ceiling is not None
+    if pick.runner_up is None:
+        text += "; no other deployment meets it"
+    elif not (above and pick.runner_up == pick.faster_above_ceiling):  # else the clause below names it
         u = p.row(pick.runner_up)
         gap = 1 - u["tps_per_gpu"] / r["tps_per_gpu"] if r["tps_per_gpu"] else 0.0
-        text += (f"; runner-up row {pick.runner_up}, {_row_brief(u)}, {u['tps_per_gpu']:,.0f} tokens/s per GPU "
-                 f"({gap:.1%} less)")
-    else:
-        text += "; no other deployment meets it"
-    if pick.faster_above_ceiling is not None and p.ceiling is not None:
+        than = f"{gap:.1%} less" if gap >= 0 else f"{-gap:.1%} more"  # more: a faster row above the ceiling
+        text += f"; runner-up row {pick.runner_up}, {_row_brief(u)}, {u['tps_per_gpu']:,.0f} tokens/s per GPU ({than})"
+    if above:
         f = p.row(pick.faster_above_ceiling)
-        text += (f"; row {pick.faster_above_ceiling}, {f['deployment']}, would give {f['tps_per_gpu']:,.0f} tokens/s "
-                 f"per GPU at a TTFT of {ceil_to(f['ttft_ms_p50']):,.0f} ms, above the {p.ceiling.ms:,.0f} ms ceiling "
-                 "(--ttft-ceiling-ms moves it)")
+        role = "runner-up " if pick.runner_up == pick.faster_above_ceiling else ""
+        text += (f"; {role}row {pick.faster_above_ceiling}, {f['deployment']}, would give "
+                 f"{f['tps_per_gpu']:,.0f} tokens/s per GPU at a TTFT of {ceil_to(f['ttft_ms_p50']):,.0f} ms, "
+                 f"above the {p.ceiling.ms:,.0f} ms ceiling (--ttft-ceiling-ms moves it)")
     return text
 
 
