@@ -209,7 +209,7 @@ def test_rate_match_is_the_packages(prompts: int, ttft: float, requests: int, tp
 def test_clients_and_decode_tpot_at_are_the_packages(ttft: float, sweep: list[tuple[int, float]],
                                                      xy: tuple[int, int], osl: int, at: st.DataObject) -> None:
     """07_frontier_rate's clients and decode_tpot_at give rate_match's concurrency for every x : y and decode
-    point, prefill-bound or not (pdtune.frontier.xpyd._match_pair, paced_tpot)."""
+    point, prefill-bound or not (pdtune.frontier.xpyd._match_pair, paced_tpot), to the last bit."""
     shown = page_functions("07_frontier_rate")
     x, y = xy
     common = {"source": "t", "path": "t", "model": "m", "mtp_tokens": 0, "isl": 100, "osl": osl}
@@ -221,13 +221,12 @@ def test_clients_and_decode_tpot_at_are_the_packages(ttft: float, sweep: list[tu
     j = at.draw(st.integers(0, len(sweep) - 1))
     row = rows[(rows["n_prefill_workers"] == x) & (rows["n_decode_workers"] == y)
                & (rows["decode_concurrency"] == sweep[j][0])].iloc[0]
-    caps = sorted((c * 1000.0 / (t * (osl - 1)), c, t) for c, t in sweep)
-    points = [(cap, t) for cap, _, t in caps]
+    points = sorted(sweep)
     prefill, decode = 1 * 1000.0 / ttft, sweep[j][0] * 1000.0 / (sweep[j][1] * (osl - 1))
     rate = min(x * prefill, y * decode)
     tpot = sweep[j][1]
     if x * prefill < y * decode:  # prefill-bound: the decode side at the rate it is fed
-        tpot = min(shown["decode_tpot_at"](rate / y, points), tpot)
+        tpot = min(shown["decode_tpot_at"](rate / y, points, osl), tpot)
     assert shown["clients"](rate, ttft, tpot, osl) == row["concurrency"]
 
 

@@ -260,11 +260,12 @@ def test_rate_match_hand_computed():
 def test_a_prefill_bound_row_runs_as_many_clients_as_its_decode_side_holds_at_its_rate():
     # pdtune.frontier.xpyd._match_pair / paced_tpot. Prefill (one point): P = 1 * 1000 / 10 = 100 req/s a worker.
     # Decode, OSL 11 (10 steps): D = 10 * 1000 / (10 * 10) = 100 req/s at 10 requests (TPOT 10 ms) and
-    # 40 * 1000 / (20 * 10) = 200 req/s at 40 (TPOT 20 ms).
-    # 3:2 at the 40-request point: R = min(300, 400) = 300, prefill-bound; each decode worker is fed 150 req/s,
-    #   between the points' capacities: TPOT_R = 10 + (150 - 100) / (200 - 100) * (20 - 10) = 15 ms, so it holds
-    #   150 * 15 * 10 / 1000 = 22.5 requests, not 40. Concurrency 300 * (10 + 15 * 10) / 1000 = 48, where the
-    #   point's TPOT would give 300 * (10 + 20 * 10) / 1000 = 63: 15 clients more than the system holds.
+    # 40 * 1000 / (20 * 10) = 200 req/s at 40 (TPOT 20 ms). Between them TPOT = a + b n with b = 10 / 30 = 1/3 ms
+    # a request and a = 10 - 10 / 3 = 20/3 ms.
+    # 3:2 at the 40-request point: R = min(300, 400) = 300, prefill-bound; each decode worker is fed r = 150 req/s
+    #   and holds n = r TPOT (OSL - 1) / 1000 requests: TPOT_r = a / (1 - b r 10 / 1000) = (20/3) / 0.5 = 40/3 ms,
+    #   n = 150 * 40/3 * 10 / 1000 = 20 requests, not 40. Concurrency 300 * (10 + 40/3 * 10) / 1000 = 43, where
+    #   the point's TPOT would give 300 * (10 + 20 * 10) / 1000 = 63: 20 clients more than the system holds.
     #   The row's TPOT stays the point's, 20 ms (a bound).
     # 1:2 at the 40-request point: R = 100, 50 req/s a decode worker, below the lightest point's capacity:
     #   that point's TPOT, 10 ms; concurrency 100 * (10 + 10 * 10) / 1000 = 11.
@@ -274,11 +275,28 @@ def test_a_prefill_bound_row_runs_as_many_clients_as_its_decode_side_holds_at_it
     by = rate_match(prefill, decode, osl=11, max_workers=3).set_index(
         ["n_prefill_workers", "n_decode_workers", "decode_concurrency"])
     row = by.loc[(3, 2, 40)]
-    assert (row.bottleneck, row.paced_tpot_ms, row.tpot_ms_p50, row.total_tps) == ("prefill", 15.0, 20.0, 300 * 111)
-    assert row.concurrency == pytest.approx(48.0, rel=1e-12)
+    assert (row.bottleneck, row.tpot_ms_p50, row.total_tps) == ("prefill", 20.0, 300 * 111)
+    assert row.paced_tpot_ms == pytest.approx(40 / 3, rel=1e-12)
+    assert row.concurrency == pytest.approx(43.0, rel=1e-12)
     assert (by.loc[(1, 2, 40)].paced_tpot_ms, by.loc[(1, 2, 40)].concurrency) == (10.0, pytest.approx(11.0))
     assert (by.loc[(3, 2, 10)].bottleneck, by.loc[(3, 2, 10)].paced_tpot_ms) == ("decode", 10.0)
     assert by.loc[(3, 2, 10)].concurrency == pytest.approx(22.0)
+
+
+def _held_tpot(rate: float, points: list[tuple[float, float]], osl: int) -> float:
+    """The brute force's own TPOT of a decode worker fed ``rate``: the requests it holds solved from
+    n = rate (a + b n) (OSL - 1) / 1000 on the bracketing points' line, then TPOT = a + b n."""
+    k = (osl - 1) / 1000
+    caps = [n * 1000 / (t * (osl - 1)) for n, t in points]
+    for (n0, t0), (n1, t1), c0, c1 in zip(points, points[1:], caps, caps[1:]):
+        if n1 > n0 and c0 <= rate < c1:
+            b = (t1 - t0) / (n1 - n0)
+            a = t0 - b * n0
+            if rate * b * k >= 1:
+                return max(t0, t1)
+            held = rate * a * k / (1 - rate * b * k)
+            return min(max(a + b * held, min(t0, t1)), max(t0, t1))
+    return points[0][1] if rate < caps[0] else points[-1][1]
 
 
 def test_rate_match_multiples_are_bit_identical_per_gpu_and_the_smaller_wins():
@@ -316,7 +334,7 @@ def test_rate_match_equals_brute_force_over_every_combination():
     for (pt, pg), pre in prefill.groupby(["topology", "gpus_total"]):
         cap_p = pre.concurrency.to_numpy() * 1000 / pre.ttft_ms_p50.to_numpy()
         for (dt, dg), dec in decode.groupby(["topology", "gpus_total"]):
-            caps = dec.concurrency.to_numpy() * 1000 / (dec.tpot_ms_p50.to_numpy() * (osl - 1))
+            points = sorted(zip(dec.concurrency.astype(float), dec.tpot_ms_p50))
             for bd, tpot in zip(dec.concurrency, dec.tpot_ms_p50):
                 cap_d = bd * 1000 / (tpot * (osl - 1))
                 for x in range(1, bound + 1):
@@ -335,11 +353,9 @@ def test_rate_match_equals_brute_force_over_every_combination():
                         # prefill-bound: the decode side's TPOT at the rate each decode worker is fed
                         paced = tpot
                         if x // g * cap_p.max() < y // g * cap_d:
-                            order = np.argsort(caps)
-                            paced = min(tpot, np.interp(best / (y // g), caps[order],
-                                                        dec.tpot_ms_p50.to_numpy()[order]))
+                            paced = min(tpot, _held_tpot(best / (y // g), points, osl))
                         assert row.concurrency == pytest.approx(g * best * (lightest + paced * (osl - 1)) / 1000,
-                                                                rel=1e-12)
+                                                                rel=1e-9)
 
 
 @pytest.mark.parametrize("change, field", [

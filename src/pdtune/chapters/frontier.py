@@ -237,7 +237,7 @@ class PacedExample:
     decode_engines: int
     ttft_ms: float
     point_tpot_ms: float  # the decode point's TPOT: the row's TPOT
-    points: tuple[tuple[float, float], ...]  # the decode deployment's sweep: (requests/s, TPOT ms), by requests/s
+    points: tuple[tuple[float, float], ...]  # the decode deployment's sweep: (requests, TPOT ms), by requests
     concurrency: float  # the row's, as rate matching gives it
 
 
@@ -255,11 +255,10 @@ def paced_example(pred: Prediction, decode: Sweep, osl: int) -> PacedExample | N
     row = bound.loc[bound["tps_per_gpu"].idxmax()]
     d = canonical_topologies(decode.frame)
     d = d[(d["topology"] == row["decode_topology"]) & (d["mtp_tokens"] == row["mtp_tokens"])]
-    capacity = d["concurrency"].to_numpy(dtype=float) * 1000.0 / (d["tpot_ms_p50"].to_numpy(dtype=float) * (osl - 1))
-    points = sorted(zip(capacity.tolist(), d["concurrency"].tolist(), d["tpot_ms_p50"].tolist()))
+    points = sorted(zip(d["concurrency"].astype(float).tolist(), d["tpot_ms_p50"].astype(float).tolist()))
     return PacedExample(str(row["deployment"]), float(row["total_tps"]) / float(row["isl"] + row["osl"]),
                         int(row["n_decode_workers"]), float(row["ttft_ms_p50"]), float(row["tpot_ms_p50"]),
-                        tuple((c, float(t)) for c, _, t in points), float(row["concurrency"]))
+                        tuple(points), float(row["concurrency"]))
 
 
 def paced_sentence(ex: PacedExample | None, tpot_r: float, clients: float, naive: float) -> str:

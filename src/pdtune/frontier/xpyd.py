@@ -49,8 +49,8 @@ def rate_match(prefill_df: pd.DataFrame, decode_df: pd.DataFrame, osl: int, max_
     * tokens/s per user ``1000 / TPOT``; concurrency by Little's law ``R * (TTFT_p + TPOT_R * (OSL - 1)) / 1000``,
       where ``TPOT_R`` (``paced_tpot_ms``) is the decode side's TPOT at the rate it is fed: the point's own TPOT
       when decode sets ``R``; when prefill does, each decode worker runs ``R / y`` requests/s, below the point's
-      capacity, so it holds fewer requests and steps faster: the decode sweep's TPOT interpolated (linearly in
-      capacity) at ``R / y``, never above the point's. With the point's TPOT instead, a closed loop at that
+      capacity, so it holds fewer requests and steps faster: the decode sweep's TPOT at ``R / y``
+      (:func:`paced_tpot`), never above the point's. With the point's TPOT instead, a closed loop at that
       concurrency has more clients than the system holds, and the rest wait in the prefill queue (pdtune.sim
       shows it; DeepSeek-V3 on 72 GB200, 4xDP8+EP : 1xDP16+EP: 2,779 clients and a median TTFT of 10.9 s).
       The row's TPOT stays the point's, a bound on ``TPOT_R``.
@@ -310,7 +310,7 @@ def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray
     rate = rate_r * g.astype(np.float64)
     tpot = d.latency[point]
     ttft = p.latency[pp]
-    paced = np.where(limit == 0, np.minimum(paced_tpot(d, rate_r / yr), tpot), tpot)
+    paced = np.where(limit == 0, np.minimum(paced_tpot(d, rate_r / yr, osl), tpot), tpot)
     values = {
         "mtp_tokens": d.mtp_tokens,
         "concurrency": rate * (ttft + paced * (osl - 1)) / 1000.0,
@@ -338,12 +338,29 @@ def _match_pair(p: IsolatedSweep, d: IsolatedSweep, x: np.ndarray, y: np.ndarray
     bottleneck[:] = limit
 
 
-def paced_tpot(d: IsolatedSweep, rate: np.ndarray) -> np.ndarray:
-    """The TPOT of one decode worker of sweep ``d`` fed ``rate`` requests/s: its points' TPOT interpolated linearly
-    in their capacity (requests/s), the lightest point's below it and the heaviest's above."""
+def paced_tpot(d: IsolatedSweep, rate: np.ndarray, osl: int) -> np.ndarray:
+    """The TPOT of one decode worker of sweep ``d`` fed ``rate`` requests/s. Between the two points (by requests in
+    flight) whose capacities bracket the rate, a decode step's time grows in proportion to the requests it holds,
+    ``TPOT = a + b n`` (the weights once, then each request's KV and compute), and the worker holds
+    ``n = rate TPOT (OSL - 1) / 1000`` of them; both hold at ``TPOT = a / (1 - b rate (OSL - 1) / 1000)``, kept
+    within the two points' TPOTs. Below the lightest point's capacity its TPOT, above the heaviest's that one's."""
     assert d.capacity is not None
-    order = np.lexsort((d.concurrency, d.capacity))
-    return np.interp(rate, d.capacity[order], d.latency[order])
+    order = np.lexsort((d.latency, d.concurrency))
+    n, t, cap = d.concurrency[order], d.latency[order], d.capacity[order]
+    out = np.where(rate < cap[0], t[0], t[-1])
+    found = np.zeros(np.shape(rate), dtype=bool)
+    for k in range(n.size - 1):
+        if not n[k + 1] > n[k]:
+            continue
+        inside = ~found & (cap[k] <= rate) & (rate < cap[k + 1])
+        slope = (t[k + 1] - t[k]) / (n[k + 1] - n[k])
+        den = 1 - slope * rate * (osl - 1) / 1000
+        # no fixed point within the bracket when den <= 0 (TPOT rising faster than the requests): its top TPOT
+        held = np.where(den > 0, (t[k] - slope * n[k]) / np.where(den > 0, den, 1.0), np.inf)
+        lo, hi = min(t[k], t[k + 1]), max(t[k], t[k + 1])
+        out = np.where(inside, np.minimum(np.maximum(held, lo), hi), out)
+        found |= inside
+    return out
 
 
 def predicted_vs_measured(predicted: pd.DataFrame, measured: pd.DataFrame, *,
