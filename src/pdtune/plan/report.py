@@ -148,7 +148,7 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
         mode_rank = rows["mode"].astype(str)
         while queue:
             if "pick" in within and len({dep_of[lab] for lab in order}) > 1:
-                # A pick under the ceiling and a row of another deployment (a runner-up) are found: of the rest,
+                # A pick under the ceiling and a row of another layout (a runner-up) are found: of the rest,
                 # only the best row of a mode not yet seen is still wanted, so the candidates of the modes found
                 # are not evaluated (they would cost a slow evaluator minutes and could only be the runner-up).
                 seen_modes = set(within) | set(anywhere)
@@ -321,7 +321,8 @@ def picks_sentence(p: PlanView, pick: Pick) -> str:
         u = p.row(pick.runner_up)
         gap = 1 - u["tps_per_gpu"] / r["tps_per_gpu"] if r["tps_per_gpu"] else 0.0
         than = f"{gap:.1%} less" if gap >= 0 else f"{-gap:.1%} more"  # more: a faster row above the ceiling
-        text += f"; runner-up row {pick.runner_up}, {_row_brief(u)}, {u['tps_per_gpu']:,.0f} tokens/s per GPU ({than})"
+        text += (f"; runner-up row {pick.runner_up}, {_row_brief(u)}, {u['tps_per_gpu']:,.0f} tokens/s per GPU "
+                 f"({than})")
     if above:
         f = p.row(pick.faster_above_ceiling)
         role = "runner-up " if pick.runner_up == pick.faster_above_ceiling else ""
