@@ -593,3 +593,37 @@ def test_a_runner_up_above_the_ceiling_is_named_once_with_its_ttft() -> None:
     text = picks_sentence(view, slower)  # type: ignore[arg-type]
     assert "runner-up row 3, 2xA : 1xD (disaggregated, 24 GPUs), 8,910 tokens/s per GPU (10.0% less)" in text
     assert "; row 4, 4xA : 1xC, would give 9,934" in text
+
+
+def test_a_prefill_bound_row_queues_past_the_clients_its_decode_side_holds() -> None:
+    """pdtune.frontier.xpyd's paced concurrency, checked by pdtune.sim on the benchmark a recipe runs (sa-bench,
+    ten prompts per client): the prefill-bound row whose decode side runs furthest below its point (Qwen3-32B,
+    16 H100, 4096/256) simulates at its paced concurrency to the paced TPOT (within 5 %) and a TTFT near its
+    prefill's; at the count the point's TPOT gives, the extra clients queue at the prefill engines, and the
+    median TTFT grows by at least half of (extra clients) / rate (steady state: all of it)."""
+    from pdtune.gpus import load_gpu
+    from pdtune.model import load_model
+    from pdtune.perfmodel.defaults import gpu_defaults
+    from pdtune.plan.evaluate import _sim_engine, sim_workload
+    from pdtune.sim import SimConfig, simulate_disagg
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=16, isl=4096, osl=256)
+    rows = plan(s, [Sla(min_tps_per_user=30)]).rows
+    bound = rows[(rows["mode"].astype(str) == "disagg") & (rows["bottleneck"].astype(str) == "prefill")]
+    row = bound.loc[(bound["tpot_ms_p50"] - bound["paced_tpot_ms"]).idxmax()]
+    rate = row["total_tps"] / (s.isl + s.osl)
+    naive = round(rate * (row["ttft_ms_p50"] + row["tpot_ms_p50"] * (s.osl - 1)) / 1000)
+    assert naive > 2 * row["concurrency"]  # the case: the point's TPOT would more than double the clients
+    spec, gpu, cache = load_model(s.model), load_gpu(s.gpu), {}
+    engines = [_sim_engine(spec, gpu, s, role, row[f"{role}_topology"], 0, int(row[f"{role}_concurrency"]), cache)
+               for role in ("prefill", "decode")]
+
+    def run(clients: int) -> dict[str, float]:
+        return simulate_disagg(*engines, int(row["n_prefill_workers"]), int(row["n_decode_workers"]),
+                               sim_workload(clients, s.isl, s.osl), efficiency=gpu_defaults(s.gpu).efficiency,
+                               config=SimConfig(record_timeline=False, enable_prefix_caching=False)).stats()
+
+    paced, past = run(int(row["concurrency"])), run(naive)
+    assert paced["tpot_ms_p50"] == pytest.approx(row["paced_tpot_ms"], rel=0.05)
+    assert paced["ttft_ms_p50"] < 1.5 * row["ttft_ms_p50"]
+    assert past["ttft_ms_p50"] > paced["ttft_ms_p50"] + 0.5 * (naive - row["concurrency"]) / rate * 1000
