@@ -627,3 +627,16 @@ def test_a_prefill_bound_row_queues_past_the_clients_its_decode_side_holds() -> 
     assert paced["tpot_ms_p50"] == pytest.approx(row["paced_tpot_ms"], rel=0.05)
     assert paced["ttft_ms_p50"] < 1.5 * row["ttft_ms_p50"]
     assert past["ttft_ms_p50"] > paced["ttft_ms_p50"] + 0.5 * (naive - row["concurrency"]) / rate * 1000
+
+
+def test_a_prefill_bound_row_says_it_has_no_prefill_headroom() -> None:
+    """pdtune.plan.aggregated.bottleneck_words: a prefill-bound row runs its prefill engines at their full rate (its
+    concurrency is what the decode side holds at that rate), so its words say more clients would queue."""
+    from pdtune.plan.aggregated import bottleneck_words
+
+    words = bottleneck_words({"mode": "disagg", "bottleneck": "prefill", "n_prefill_workers": 4,
+                              "n_decode_workers": 1})
+    assert words.startswith("prefill-bound: the 4 prefill engines set the rate and run at it")
+    assert "clients beyond the row's concurrency wait in their queue" in words
+    assert bottleneck_words({"mode": "disagg", "bottleneck": "decode", "n_prefill_workers": 1,
+                             "n_decode_workers": 1}).startswith("decode-bound: the 1 decode engine set the rate")

@@ -147,8 +147,10 @@ def bottleneck_words(row: dict) -> str:
         return AGG_BOTTLENECK.get(b, b)
     x, y = int(row.get("n_prefill_workers") or 0), int(row.get("n_decode_workers") or 0)
     if b == "prefill":
-        return (f"prefill-bound: the {x} prefill engine{'s' if x != 1 else ''} set the rate; the decode side "
-                "could take more")
+        # The row's concurrency is what the decode side holds at that rate (pdtune.frontier.xpyd, paced_tpot_ms):
+        # the prefill engines run flat out, so a client more waits in their queue.
+        return (f"prefill-bound: the {x} prefill engine{'s' if x != 1 else ''} set the rate and run at it, so "
+                "clients beyond the row's concurrency wait in their queue; the decode side could take more")
     if b == "decode":
         return (f"decode-bound: the {y} decode engine{'s' if y != 1 else ''} set the rate; the prefill side "
                 "could deliver more")
