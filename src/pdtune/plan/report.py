@@ -130,10 +130,11 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
         return frame.loc[list(labels)]
 
     choices = []
+    mode_of_row = rows["mode"].astype(str)  # every row's mode, read once for all SLAs
+    agg = (mode_of_row == "agg").to_numpy()
     for sla in slas:
         mask = sla.meets(rows)
         ranked = _ranked(rows, mask)
-        agg = (rows["mode"].astype(str) == "agg").to_numpy()
         choice = _Choice(sla, int(mask.sum()) if meeting is None else meeting(sla) + int((mask & agg).sum()))
         batch = evaluator.batch or max(len(ranked), 1)
         within: dict[str, Any] = {}  # "pick" and each mode: the first evaluated row meeting it under the ceiling
@@ -145,14 +146,13 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
         limit = len(ranked) if evaluator.limit is None else min(evaluator.limit, len(ranked))
         finished = False
         queue = ranked[:limit]
-        mode_rank = rows["mode"].astype(str)
         while queue:
             if "pick" in within and len({dep_of[lab] for lab in order}) > 1:
                 # A pick under the ceiling and a row of another layout (a runner-up) are found: of the rest,
                 # only the best row of a mode not yet seen is still wanted, so the candidates of the modes found
                 # are not evaluated (they would cost a slow evaluator minutes and could only be the runner-up).
                 seen_modes = set(within) | set(anywhere)
-                queue = [lab for lab in queue if mode_rank[lab] not in seen_modes]
+                queue = [lab for lab in queue if mode_of_row[lab] not in seen_modes]
                 if not queue:
                     break
             chunk, queue = queue[:batch], queue[batch:]
