@@ -105,6 +105,9 @@ def test_predict_without_isolated_sweeps_says_why(disagg: Sweep) -> None:
     assert "no prefill-only sweep and no decode-only sweep" in pred.note
     assert ch7.prediction_sentence(pred) == pred.note
     assert ch7.prediction_ends_sentence(pred) == pred.note
+    # the clients section: no sweeps, so the note, never "no point of these sweeps is prefill-bound"
+    assert ch7.paced_example(pred, load_sweep("decode", []), S.osl) is None
+    assert ch7.paced_sentence(pred, None, 0.0, 0.0, 0.0) == pred.note
 
 
 def test_the_modeled_sweeps_load_labelled(prefill: Sweep, decode: Sweep,

@@ -261,8 +261,10 @@ def paced_example(pred: Prediction, decode: Sweep, osl: int) -> PacedExample | N
                         tuple(points), float(row["concurrency"]))
 
 
-def paced_sentence(ex: PacedExample | None, tpot_r: float, clients: float, naive: float) -> str:
-    """The worked count of :func:`paced_example`, in words."""
+def paced_sentence(pred: Prediction, ex: PacedExample | None, tpot_r: float, clients: float, naive: float) -> str:
+    """The worked count of :func:`paced_example`, in words (without sweeps to rate-match, why nothing was)."""
+    if not pred.available:
+        return pred.note
     if ex is None:
         return ("No rate-matched point of these sweeps is prefill-bound, so every row runs at its decode "
                 "point's TPOT.")
