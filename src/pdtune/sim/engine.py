@@ -263,7 +263,7 @@ class EngineCore:
                 continue
             self._take_inputs(now)
             if self.fast and len(self.queue) <= 1 and self.has_requests():
-                t = (spec_run if self.k else decode_run)(self, now, self.horizon())
+                t = (spec_run if self.k else decode_run)(self, now, self.horizon)
                 if t is not None:
                     now = t
                     continue

@@ -19,6 +19,7 @@ arrays), and stops before an allocation that would fail or a step in which the w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,10 +205,11 @@ def _block_needs(sched: Scheduler, k: int) -> np.ndarray:
     return needs
 
 
-def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignore[no-untyped-def]
+def decode_run(core, now: float, horizon_of: Callable[[], float]) -> float | None:  # type: ignore[no-untyped-def]
     """Apply a run of pure decode steps to ``core`` (an :class:`~pdtune.sim.engine.EngineCore` about to
-    schedule at ``now``), every update before ``horizon``; return the time the loop stands at afterwards, or
-    None when no run applies (the scheduler takes the step)."""
+    schedule at ``now``), every update before ``horizon_of()``; return the time the loop stands at afterwards, or
+    None when no run applies (the scheduler takes the step). The horizon is asked for only once the cheaper checks
+    pass: it walks every other core's requests, and with thousands of clients most steps fail a check."""
     asynchronous = core.asynchronous
     if core.cost.stages != 1 or core.depth > 2:
         return None
@@ -219,12 +221,9 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     elif core.queue:
         return None
     if any(s.parked for s in ranks):
-        # Parked decoders: step them again only when a long run looks possible (room for PARKED_MIN_RUN steps of
-        # the last one's length before the horizon, every other request steady, the waiting queue's head blocked,
-        # nobody near the end).
-        last = core.queue[0].end if asynchronous else now
-        if horizon < last + PARKED_MIN_RUN * core.last_step_seconds:
-            return None
+        # Parked decoders: step them again only when a long run looks possible (every other request steady, the
+        # waiting queue's head blocked, nobody near the end, room for PARKED_MIN_RUN steps of the last one's
+        # length before the horizon).
         for i, sched in enumerate(ranks):
             if asynchronous:
                 plan = core.queue[0].plans[i]
@@ -238,6 +237,9 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
                 return None
             if sched.parked_near_end(PARKED_MIN_RUN + 3):
                 return None
+        last = core.queue[0].end if asynchronous else now
+        if horizon_of() < last + PARKED_MIN_RUN * core.last_step_seconds:
+            return None
         for sched in ranks:
             sched.unpark_all()
     if asynchronous:
@@ -276,7 +278,7 @@ def decode_run(core, now: float, horizon: float) -> float | None:  # type: ignor
     best, who = busiest_rank(cost, n_per, ep, writes, k,
                              lambda i, n: cost.decode_run_seconds(n, kv0[i], k, ep, writes))
     t0, ends_all, updates = step_ends(core, now, best, asynchronous)
-    k = min(k, int(np.searchsorted(updates, horizon, side="left")))
+    k = min(k, int(np.searchsorted(updates, horizon_of(), side="left")))
     if k < MIN_RUN:
         return None
     # Blocks: each rank's cumulative needs must fit its free blocks.

@@ -22,6 +22,8 @@ generator stands where the run's draws left it. ``tests/test_sim_run.py`` checks
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from pdtune.sim.fastpath import InFlight, busiest_rank, record_steps, run_times, step_ends, waiting_head
@@ -65,9 +67,10 @@ def _steady(sched: Scheduler, k: int, asynchronous: bool, in_flight: StepPlan | 
     return waiting_head(sched)[0]
 
 
-def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[no-untyped-def]
+def spec_run(core, now: float, horizon_of: Callable[[], float]) -> float | None:  # type: ignore[no-untyped-def]
     """Apply a run of speculative decode steps to ``core`` (about to schedule at ``now``), every update before
-    ``horizon``; return the time the loop stands at afterwards, or None when no run applies."""
+    ``horizon_of()`` (asked for once the cheaper checks pass, as in :func:`~pdtune.sim.fastpath.decode_run`);
+    return the time the loop stands at afterwards, or None when no run applies."""
     spec = core.spec
     k = core.k
     asynchronous = core.asynchronous
@@ -101,6 +104,7 @@ def spec_run(core, now: float, horizon: float) -> float | None:  # type: ignore[
     ep = sum(n * q if n else 1 for n in n_per) if core.dp_ep > 1 else n_per[0] * q
     t0 = max(now, core.stage_free[0])
     half = q * (q + 1) / 2  # keys the q new tokens of one request attend to among themselves
+    horizon = horizon_of()
     if horizon < float("inf"):
         # No step is shorter than the first (a step's time grows with its context): a bound on the steps before
         # the horizon, so that a run the horizon cuts short does not draw a thousand steps.
