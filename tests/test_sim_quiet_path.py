@@ -153,3 +153,37 @@ def test_the_inlined_allocation_frees_and_takes_at_the_same_steps(name: str, see
         monkeypatch.setattr(Scheduler, "inline_allocation", inline)
         runs.append(_drive(GROUPS[name], 160, seed, caching))
     assert runs[0] == runs[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["full+sliding", "sliding-short"]), st.integers(0, 3),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans()), min_size=1, max_size=400))
+def test_a_parked_renewal_allocates_as_allocate_slots(name: str, lookahead: int,
+                                                      calls: list[tuple[int, int, bool]]) -> None:
+    """``KVCacheManager.grow_running`` (a parked decoder's renewal, ``ParkedDecoders._renew``) is ``allocate_slots``
+    of one token with the checks that cannot fail there left out (vllm/v1/core/kv_cache_manager.py,
+    ``KVCacheManager.allocate_slots``: ``remove_skipped_blocks`` on the processed tokens, then the new blocks of the
+    slot). The same one-token steps, with ``in_flight`` tokens not yet processed and, now and then, the quiet
+    limits dropped: the pool, every request's blocks and the quiet limits agree after each call."""
+    groups = GROUPS[name]
+    kvs = [KVCacheManager(KVLayout(groups, 10_000), max_model_len=4096, enable_caching=False) for _ in range(2)]
+    reqs = [[SimRequest(f"r{i}", prompt, 10_000) for i, prompt in enumerate((40, 300, 7))] for _ in range(2)]
+    for kv, rs in zip(kvs, reqs, strict=True):
+        for r in rs:  # the prompts, as admission allocates them
+            assert kv.allocate_slots(r, r.num_prompt_tokens, num_lookahead_tokens=lookahead)
+            r.num_computed_tokens = r.num_prompt_tokens
+            r.status = Status.RUNNING
+    for who, in_flight, forget in calls:
+        for way, (kv, rs) in enumerate(zip(kvs, reqs, strict=True)):
+            if forget:
+                kv.forget_limits()
+            r = rs[who]
+            r.num_in_flight_tokens = min(in_flight, r.num_computed_tokens)
+            if way == 0:
+                assert kv.allocate_slots(r, 1, num_lookahead_tokens=lookahead)
+            else:
+                kv.grow_running(r.rid, r.num_computed_tokens, r.num_in_flight_tokens, lookahead)
+            r.num_computed_tokens += 1
+        assert kvs[0].num_free_blocks == kvs[1].num_free_blocks
+        assert [kvs[0].blocks_of(r.rid) for r in reqs[0]] == [kvs[1].blocks_of(r.rid) for r in reqs[1]]
+        assert kvs[0]._quiet == kvs[1]._quiet

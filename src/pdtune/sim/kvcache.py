@@ -439,6 +439,32 @@ class KVCacheManager:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return True
 
+    def grow_running(self, rid: str, computed: int, in_flight: int, lookahead: int) -> None:
+        """:meth:`allocate_slots` of one new token for a running request whose blocks are known to fit, with
+        prefix caching off, no hits, no external tokens and no recurrent group (a parked decoder's renewal,
+        :mod:`pdtune.sim.parking`): the same frees and takes, from the counters given, without the checks that
+        cannot fail there and the hashing that does nothing without caching."""
+        max_len = self.max_model_len
+        total = computed if computed < max_len else max_len
+        slot = total + 1 + lookahead
+        if slot > max_len:
+            slot = max_len
+        processed = total - in_flight if total > in_flight else 0
+        quiet = self._quiet.get(rid)
+        if quiet is not None and slot <= quiet[0] and processed < quiet[1]:
+            return  # allocate_slots' quiet case: nothing freed, nothing taken
+        req = self.req
+        for i, g in enumerate(self.groups):
+            if g.kind != FULL:
+                self._remove_skipped(i, rid, processed)
+        for i, g in enumerate(self.groups):
+            rb = req[i][rid]
+            new = -(-slot // g.block_size) - rb.n
+            if new > 0:
+                self.pool.take(new)
+                rb.n += new
+        self._quiet[rid] = self._quiet_limits(rid)
+
     def forget_limits(self) -> None:
         """Drop every request's quiet limits (:mod:`pdtune.sim.fastpath` changed blocks behind
         :meth:`allocate_slots`)."""

@@ -189,13 +189,9 @@ class ParkedDecoders:
         cfg = self.config
         c = request.num_computed_tokens + step - request.park_start  # computed before this step
         if not kv._full_only:
-            # allocate_slots itself, on the counters the running loop would see (then the parked ones again)
-            stale = request.num_computed_tokens, request.num_in_flight_tokens
-            request.num_computed_tokens = c
-            request.num_in_flight_tokens += max(0, step - max(self.n_updated, request.park_start))
-            ok = kv.allocate_slots(request, 1, num_lookahead_tokens=cfg.num_lookahead_tokens)
-            request.num_computed_tokens, request.num_in_flight_tokens = stale
-            assert ok, "_active_order counted the blocks"
+            # allocate_slots on the counters the running loop would see; it fits (_active_order counted the blocks)
+            in_flight = request.num_in_flight_tokens + max(0, step - max(self.n_updated, request.park_start))
+            kv.grow_running(request.rid, c, in_flight, cfg.num_lookahead_tokens)
             slot, processed = kv._quiet[request.rid]
             m = min(slot - c - 1 - cfg.num_lookahead_tokens, processed - c - 2, self._finish_room(request, step))
             self._rewindow(request, step, m)
