@@ -640,3 +640,36 @@ def test_a_prefill_bound_row_says_it_has_no_prefill_headroom() -> None:
     assert "clients beyond the row's concurrency wait in their queue" in words
     assert bottleneck_words({"mode": "disagg", "bottleneck": "decode", "n_prefill_workers": 1,
                              "n_decode_workers": 1}).startswith("decode-bound: the 1 decode engine set the rate")
+
+
+def test_the_table_marks_the_frontier_of_its_evaluated_numbers() -> None:
+    """pdtune.plan.report.report_table: ``on_frontier`` is the frontier of the reported rows' evaluated numbers.
+    With the steady-state evaluator it is the search's frontier; an evaluator that gives the pick more tokens/s
+    per GPU than a frontier row of its tokens/s per user (as the simulation did for gpt-oss-120b on 16 B200, whose
+    pick the table had starred below a row it beat) moves the marks to match. Rows scaled by hand for the test."""
+    from pdtune.frontier import upper_envelope
+    from pdtune.plan import Evaluator, evaluate_rows
+
+    s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128)
+    base = plan(s, [Sla(min_tps_per_user=30)])
+    table = base.table
+    assert set(table.index[table["on_frontier"]]) == set(upper_envelope(table).index)
+    pick = base.row(base.picks[0].row)
+    steady_front = table[table["on_frontier"]]
+    # Frontier rows at fewer tokens/s per user than the pick, and the most tokens/s per GPU among them.
+    lower = steady_front[steady_front["tps_per_user"] < pick["tps_per_user"]]
+    assert len(lower)
+    target = float(lower["tps_per_gpu"].max())
+
+    def boosted(rows: object) -> object:
+        out = evaluate_rows(rows, base.tpot_p90)  # type: ignore[arg-type]
+        hit = (out["deployment"] == pick["deployment"]) & (out["concurrency"] == pick["concurrency"])
+        out.loc[hit, "tps_per_gpu"] = target * 1.5  # the pick now beats every lower frontier row
+        return out
+
+    p = plan(s, [Sla(min_tps_per_user=30)], evaluator=Evaluator("boosted", boosted))
+    t = p.table
+    row = t[(t["deployment"] == pick["deployment"]) & (t["concurrency"] == pick["concurrency"])].iloc[0]
+    assert row["on_frontier"]
+    beaten = t[(t["tps_per_user"] <= row["tps_per_user"]) & (t["tps_per_gpu"] < row["tps_per_gpu"])]
+    assert len(beaten) and not beaten["on_frontier"].any()

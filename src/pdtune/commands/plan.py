@@ -228,7 +228,8 @@ def render(result: Plan, written: list[str] | None = None) -> str:
     lines += [
         "",
         "Table: the frontier (upper envelope) of aggregated and disaggregated rows, each pick, its runner-up and "
-        "the best of each mode (* = off the frontier). tok/s/GPU: total tokens/s over all GPUs; tok/s/user: "
+        "the best of each mode (* = below another row of the table in both tokens/s per user and per GPU, as "
+        f"{result.latency_model} gives them). tok/s/GPU: total tokens/s over all GPUs; tok/s/user: "
         "1000 / TPOT (rounded down); TTFT (with the KV transfer) and TPOT p90 rounded up; SLA: y/n per SLA; "
         "from: prefill/decode sweeps, M = modeled, X = measured",
         f"  {'row':>3}  {'mode':<6} {'deployment':<30} {'GPUs':>4} {'conc':>5} {'tok/s/GPU':>9} "

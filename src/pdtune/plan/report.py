@@ -103,7 +103,8 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     evaluated row that meets it with a TTFT within the ceiling, else the best that meets it (flagged above the
     ceiling); the runner-up the next best meeting it of another deployment; and the best aggregated and the
     best disaggregated row meeting it (same ceiling rule as the pick). The table holds the steady-state
-    frontier and all of these, evaluated.
+    frontier and all of these, evaluated; ``on_frontier`` marks the table's rows on the frontier of their evaluated
+    numbers.
 
     An evaluator with a ``limit`` evaluates at most that many candidates per SLA; a search it cut short says
     so in its pick (``searched``).
@@ -224,7 +225,10 @@ def report_table(rows: pd.DataFrame, slas: Sequence[Sla], evaluator: Evaluator, 
     labels = list(dict.fromkeys(labels))
     evaluate(labels)
     table = evaluated(labels).copy()
-    on_front = set(front.index)
+    # The rows the table marks as on the frontier are those of its evaluated numbers: a simulation can put a pick
+    # the steady-state model ranked below the frontier above a frontier row. With the steady-state evaluator these
+    # are the search's frontier rows (every row off it is below one of them).
+    on_front = set(upper_envelope(table).index)
     table["on_frontier"] = [lab in on_front for lab in labels]
     table = table.sort_values(["tps_per_user", "tps_per_gpu"], kind="stable")
     row_of = {lab: k for k, lab in enumerate(table.index)}
