@@ -86,7 +86,8 @@ class ParkedDecoders:
             limits = kv._quiet.get(request.rid)
             if limits is None:
                 return
-            m = min(limits[0] - c - cfg.num_lookahead_tokens, limits[1] - c - 1)
+            # the j-th parked plan has c + j - 1 tokens computed, at most that many processed (none in flight)
+            m = min(limits[0] - c - cfg.num_lookahead_tokens, limits[1] - c)
         if kv.enable_caching:
             if not request.hash_floor:
                 return
@@ -193,7 +194,8 @@ class ParkedDecoders:
             in_flight = request.num_in_flight_tokens + max(0, step - max(self.n_updated, request.park_start))
             kv.grow_running(request.rid, c, in_flight, cfg.num_lookahead_tokens)
             slot, processed = kv._quiet[request.rid]
-            m = min(slot - c - 1 - cfg.num_lookahead_tokens, processed - c - 2, self._finish_room(request, step))
+            # the j-th plan after this one has c + j computed, at most that many processed (none in flight)
+            m = min(slot - c - 1 - cfg.num_lookahead_tokens, processed - c - 1, self._finish_room(request, step))
             self._rewindow(request, step, m)
             return
         slot = c + 1 + cfg.num_lookahead_tokens
