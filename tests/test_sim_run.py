@@ -306,3 +306,16 @@ def test_speculative_decode_runs_give_the_same_run(topology: str, mtp: int, clie
     assert fast_run.timeline_frame().equals(slow.timeline_frame())
     for name, tl in fast_run.timelines.items():
         assert np.array_equal(tl.batch_array(), slow.timelines[name].batch_array())
+
+
+def test_statistics_without_itl_are_the_same_but_for_the_itl_keys() -> None:
+    """SimResult.stats(itl=False), as the plan's simulated rows ask for them: every other statistic as stats()
+    gives it, and no ITL key (no NaN standing in for one)."""
+    engine = build_engine(load_model("llama-3.1-8b"), load_gpu("h200"), parse_topology("TP1"), isl=400, osl=160,
+                          config=EngineConfig(vllm="0.33", max_num_batched_tokens=2048, max_num_seqs=256))
+    result = simulate(engine, closed_loop(16, 400, 160, num_prompts=48, range_ratio=0.5),
+                      efficiency=gpu_defaults("h200").efficiency)
+    full, light = result.stats(), result.stats(itl=False)
+    assert {k for k in full if k.startswith("itl_")} and not {k for k in light if k.startswith("itl_")}
+    assert light == {k: v for k, v in full.items() if not k.startswith("itl_")}
+    assert result.stats() == full  # the cache keeps the two apart

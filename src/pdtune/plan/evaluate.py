@@ -196,7 +196,7 @@ def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], setting
         c = int(r["server_concurrency"])
         engine = _sim_engine(spec, gpu, s, "agg", r["topology"], 0, c, cache)
         wl = sim_workload(c, s.isl, s.osl, rounds)
-        st = simulate(engine, wl, efficiency=factors[role].efficiency, config=config).stats()
+        st = simulate(engine, wl, efficiency=factors[role].efficiency, config=config).stats(itl=False)
         total = st["total_tps"] * int(r["agg_replicas"])
     else:
         c = int(r["concurrency"])
@@ -206,7 +206,7 @@ def _simulate_one(r: dict[str, Any], *, spec: Any, gpus: dict[str, Any], setting
                         int(r["decode_concurrency"]), cache)
         wl = sim_workload(c, s.isl, s.osl, rounds)
         st = simulate_disagg(p, d, int(r["n_prefill_workers"]), int(r["n_decode_workers"]), wl,
-                             efficiency=factors["decode"].efficiency, config=config).stats()
+                             efficiency=factors["decode"].efficiency, config=config).stats(itl=False)
         total = st["total_tps"]
     return {k: float(total if k == "total_tps" else st[k]) for k in _SIM_KEYS}
 
