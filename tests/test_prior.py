@@ -88,3 +88,32 @@ def test_an_unpulled_factor_feels_no_pull():
     # step_overhead_s left unpulled: no pull however far it moves; compute is pulled by weight x 0.1 / sigma.
     assert "step_overhead_s" in HAND_SET and pull[1] == 0.0
     assert pull[0] == pytest.approx(goal.weight * 0.1 / PRIOR_SIGMA["compute"])
+
+
+def test_the_hand_set_eager_cost_is_above_its_measured_collective_part():
+    """perfmodel.prior's eager_layer_overhead_s (50 us, set by hand) against the part of it that is measured:
+    aiconfigurator 0.12.0's microbenchmarks of vLLM 0.24.0's custom all-reduce (data/perfmodel/allreduce/), bf16,
+    eagerly and in a CUDA graph. By hand from the file, H100, 8 GPUs, 1 KiB: 23.755 us eager - 4.649 us in a
+    graph = 19.1 us a call; the median over 128 B-64 KiB is 18.0 us. A TP layer runs two all-reduces, so an eager step
+    pays 2 x 13.8-18.0 = 27.7-35.9 us a layer for them on H100/H200/B200/B300, below the 50 us the prior gives the whole
+    layer. The sentence the book prints says the same numbers."""
+    import pandas as pd
+
+    from pdtune.paths import data_dir
+
+    table = pd.read_csv(data_dir() / "perfmodel" / "allreduce" / "vllm_custom_allreduce.csv")
+    assert set(table["vllm"].astype(str)) == {"0.24.0"} and set(table["allreduce_dtype"]) == {"bfloat16"}
+    one = table[(table.gpu == "h100") & (table.num_gpus == 8) & (table.message_bytes == 1024)]
+    by = dict(zip(one.backend, one.latency_us, strict=True))
+    assert by["eager"] - by["graph"] == pytest.approx(19.106, abs=0.001)
+    small = table[(table.num_gpus == 8) & (table.message_bytes <= 64 * 1024)]
+    wide = small.pivot_table(index=["gpu", "message_bytes"], columns="backend", values="latency_us")
+    delta = (wide["eager"] - wide["graph"]).groupby(level="gpu").median()
+    assert delta.round(1).to_dict() == {"b200": 13.8, "b300": 14.3, "h100": 18.0, "h200": 16.4}
+    per_layer_us = 2 * delta
+    assert f"{per_layer_us.min():.1f}-{per_layer_us.max():.1f} us a layer" == "27.7-35.9 us a layer"
+    assert "27.7-35.9 us a layer" in PRIOR_VALUES["eager_layer_overhead_s"].numbers
+    assert per_layer_us.max() * 1e-6 < PRIOR_VALUES["eager_layer_overhead_s"].value
+    text = PRIOR_VALUES["eager_layer_overhead_s"].numbers
+    said = ", ".join(f"{g.upper()} {delta[g]:.1f}" for g in ("h100", "h200", "b200", "b300")) + " us"
+    assert said == "H100 18.0, H200 16.4, B200 13.8, B300 14.3 us" and said in text
