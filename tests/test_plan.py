@@ -408,10 +408,20 @@ def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
     """--latency-model simulated (pdtune.sim, issue 23): a small plan's reported rows are simulated runs of their
     benchmark, with queueing tails the steady-state model has not (its TTFT p90 equals the median); the pick
     meets its SLA on the simulated numbers."""
+    from io import StringIO
+
+    from pdtune.plan.evaluate import SimProgress
+
     s = PlanSettings(model="qwen3-32b", gpu="h100", max_gpus=8, isl=1024, osl=128,
                      prefill_topologies=("TP2",), decode_topologies=("TP2", "TP4"), latency_model="simulated")
-    p = plan(s, [Sla(min_tps_per_user=30)])
+    status = StringIO()
+    progress = SimProgress(status)  # the CLI's status line on a terminal
+    p = plan(s, [Sla(min_tps_per_user=30)], progress=progress)
+    progress.close()
     t = p.table
+    # every reported row was simulated once, and the line counted each simulated row, then cleared itself
+    assert progress.rows >= len(t) and f"simulated {progress.rows} rows in " in status.getvalue()
+    assert status.getvalue().endswith("\r\x1b[K")
     assert p.latency_model == "simulated (pdtune.sim)" and set(t["latency_model"]) == {p.latency_model}
     assert (t["ttft_ms_p99"] >= t["ttft_ms_p90"]).all() and (t["ttft_ms_p90"] >= t["ttft_ms_p50"]).all()
     assert (t["tpot_ms_p99"] >= t["tpot_ms_p90"]).all() and (t["tpot_ms_p90"] >= t["tpot_ms_p50"]).all()

@@ -203,3 +203,14 @@ def test_sigkill_leaves_no_process_and_the_next_run_removes_the_staging(run) -> 
     assert code == 0, err
     assert staging_folders(r.parent) == [], "the next run removes what a killed run left"
     assert json.loads((r.out / "summary.json").read_text(encoding="utf-8"))
+
+
+def test_workers_report_each_answer_in_order_as_it_arrives() -> None:
+    """pdtune.signals.map_in_workers: the answers in the items' order, and ``on_each(i, answer)`` for each as it
+    arrives (the simulated plan's status line counts rows with it), in the same order."""
+    from pdtune.signals import map_in_workers
+
+    seen: list[tuple[int, int]] = []
+    out = map_in_workers(abs, [-3, 1, -4, 1, -5], 2, lambda i, r: seen.append((i, r)))
+    assert out == [3, 1, 4, 1, 5]
+    assert seen == list(enumerate(out))

@@ -112,17 +112,23 @@ def _init_worker(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and stops its workers itself
 
 
-def map_in_workers(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
+def map_in_workers(fn: Callable[[T], R], items: Sequence[T], jobs: int,
+                   on_each: Callable[[int, R], None] | None = None) -> list[R]:
     """``[fn(x) for x in items]`` in ``jobs`` spawned worker processes (spawned, not forked: the caller may hold
-    threads), in the items' order. The workers die with this process (:func:`die_with_parent`); when the call is
-    interrupted (Ctrl-C, SIGTERM, an error) they are killed before the exception goes on."""
+    threads), in the items' order; ``on_each(i, result)`` is called as each answer arrives, in that order. The
+    workers die with this process (:func:`die_with_parent`); when the call is interrupted (Ctrl-C, SIGTERM, an
+    error) they are killed before the exception goes on."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))), mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(os.getpid(),))
     try:
-        out = list(pool.map(fn, items))
+        out = []
+        for result in pool.map(fn, items):
+            if on_each is not None:
+                on_each(len(out), result)
+            out.append(result)
     except BaseException:
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.kill()

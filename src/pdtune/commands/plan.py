@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from pdtune.commands._common import (
@@ -28,7 +29,7 @@ from pdtune.plan import (
     plan,
     sla_list,
 )
-from pdtune.plan.evaluate import LATENCY_NOTE, SIMULATED, SIMULATED_NOTE
+from pdtune.plan.evaluate import LATENCY_NOTE, SIMULATED, SIMULATED_NOTE, SimProgress
 from pdtune.topology import layout_notation
 
 EPILOG = """\
@@ -172,8 +173,14 @@ def run(args: argparse.Namespace) -> int:
         weights=args.weights or "",
     )
     slas = sla_list(args.min_tps_per_user, args.max_ttft_ms, args.max_tpot_ms_p90)
-    result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
-                  require_sla=True)
+    # A simulated plan takes minutes: on a terminal, a status line on stderr says how far it is.
+    progress = SimProgress(sys.stderr) if args.latency_model == "simulated" and sys.stderr.isatty() else None
+    try:
+        result = plan(settings, slas, prefill_results=args.prefill_results, decode_results=args.decode_results,
+                      require_sla=True, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     data = result.to_dict()
     written: list[str] = []
     if args.recipes:

@@ -118,8 +118,36 @@ SIM_BATCH = 4
 SIM_CANDIDATES = 12
 
 
+class SimProgress:
+    """One status line while a plan's rows are simulated (the CLI writes it to a terminal's stderr, never to a
+    pipe): the rows simulated so far, the time since the first began, and the last row's deployment."""
+
+    def __init__(self, stream: Any) -> None:
+        import time
+
+        self.stream = stream
+        self.rows = 0
+        self.start = time.perf_counter()
+
+    def row(self, r: dict[str, Any]) -> None:
+        import time
+
+        self.rows += 1
+        clients = int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"])
+        self.stream.write(f"\r\x1b[K  simulated {self.rows} row{'s' if self.rows != 1 else ''} in "
+                          f"{time.perf_counter() - self.start:.0f} s; last: {r['deployment']} at {clients:,} "
+                          f"client{'s' if clients != 1 else ''}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the line (the plan's report follows)."""
+        if self.rows:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
 def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any], tpot_p90: TpotP90,
-              *, rounds: int = SIM_ROUNDS) -> Evaluator:
+              *, rounds: int = SIM_ROUNDS, progress: SimProgress | None = None) -> Evaluator:
     """The evaluation step run by the scheduler simulation (:mod:`pdtune.sim`): every row is simulated as the
     benchmark its recipe runs (sa-bench at the row's concurrency, ``random_range_ratio`` 1.0), aggregated rows
     as one of their servers (the replicas are alike), disaggregated rows as their ``x`` prefill and ``y``
@@ -130,7 +158,7 @@ def simulated(spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str,
     Costs CPU time in proportion to the requests and steps simulated (tens of seconds a row at thousands of
     requests in flight), which is why the plan's default is the steady-state model."""
     return Evaluator(SIMULATED, partial(_simulate_rows, spec=spec, gpus=gpus, settings=settings, factors=factors,
-                                        tpot_p90=tpot_p90, rounds=rounds, cache={}),
+                                        tpot_p90=tpot_p90, rounds=rounds, cache={}, progress=progress),
                      SIM_BATCH, SIM_CANDIDATES)
 
 
@@ -216,7 +244,7 @@ _WORKER_ENGINES: dict = {}
 
 
 def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], settings: Any, factors: dict[str, Any],
-                   tpot_p90: TpotP90, rounds: int, cache: dict) -> pd.DataFrame:
+                   tpot_p90: TpotP90, rounds: int, cache: dict, progress: SimProgress | None = None) -> pd.DataFrame:
     out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
     records = rows.to_dict("records")
     each = [rounds * c * settings.osl
@@ -224,7 +252,11 @@ def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], setti
     one = partial(_simulate_one, spec=spec, gpus=gpus, settings=settings, factors=factors, rounds=rounds)
     jobs = sim_jobs(len(records), sum(each))
     if jobs == 1:
-        stats = [one(r, cache=cache) for r in records]
+        stats = []
+        for r in records:
+            stats.append(one(r, cache=cache))
+            if progress is not None:
+                progress.row(r)
     else:
         from pdtune.signals import map_in_workers
 
@@ -232,7 +264,8 @@ def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], setti
         # the rows' order (each row's simulation is seeded: where it ran changes nothing).
         order = sorted(range(len(records)), key=lambda i: -each[i])
         stats = [{}] * len(records)
-        for i, st in zip(order, map_in_workers(one, [records[i] for i in order], jobs), strict=True):
+        done = None if progress is None else (lambda k, _st: progress.row(records[order[k]]))
+        for i, st in zip(order, map_in_workers(one, [records[i] for i in order], jobs, done), strict=True):
             stats[i] = st
     values = {k: [st[k] for st in stats] for k in _SIM_KEYS}
     v = {k: np.asarray(x, dtype=float) for k, x in values.items()}

@@ -269,12 +269,14 @@ def plan(
     decode_results: Sequence[str] | None = None,
     require_sla: bool = False,
     evaluator: Evaluator | None = None,
+    progress: Any = None,
 ) -> Plan:
     """Search ``settings``'s space and pick for each SLA (``DEFAULT_FLOORS`` when none is given).
 
     ``require_sla``: an SLA nothing meets is bad input (the CLI's behaviour when the user names one), with the
     closest row in the message; otherwise it is a pick with ``met=False``. ``evaluator`` re-evaluates the rows
-    the plan reports (:mod:`pdtune.plan.evaluate`; default: the steady-state model).
+    the plan reports (:mod:`pdtune.plan.evaluate`; default: the steady-state model). ``progress``: a
+    :class:`~pdtune.plan.evaluate.SimProgress` the simulated evaluator reports each row to.
     """
     s = settings
     spec = load_model(s.model)
@@ -326,7 +328,8 @@ def plan(
     ceiling = ttft_ceiling(s, unloaded)
     floors = list(slas) or [Sla(min_tps_per_user=f) for f in DEFAULT_FLOORS]
     if evaluator is None:
-        evaluator = (simulated(spec, {"prefill": prefill_gpu, "decode": decode_gpu}, s, factors, p90)
+        evaluator = (simulated(spec, {"prefill": prefill_gpu, "decode": decode_gpu}, s, factors, p90,
+                               progress=progress)
                      if s.latency_model == "simulated" else steady_state(p90))
     table, picks = report_table(rows, floors, evaluator, ceiling, require_sla=require_sla and bool(slas),
                                 meeting=space.stairs.meeting, curves=space.curves)
