@@ -81,12 +81,13 @@ PRIOR_VALUES: dict[str, PriorValue] = {
         "the client's TTFT minus the server's own: 8.4-12.2 ms of HTTP and streaming per request (a laptop GPU, a "
         "0.5B model), plus the tokeniser's few milliseconds for a prompt of thousands of tokens", "low"),
     "eager_layer_overhead_s": PriorValue(
-        50e-6, "",
-        "no measurement of a whole layer found, so set by hand; a part of it is measured: vLLM 0.24's custom "
-        "all-reduce of 64 KiB or less on 8 GPUs costs 14-18 us more a call eagerly than in a CUDA graph (median "
-        "over sizes: H100 18.0, H200 16.4, B200 13.8, B300 14.3 us; aiconfigurator 0.12.0's microbenchmarks, "
-        "data/perfmodel/allreduce/), and a TP layer makes two: 27.7-35.9 us a layer from its all-reduces alone, "
-        "below the 50 us set for the whole layer (its other kernels' launches unmeasured)"),
+        340e-6, "vllm-project/vllm-omni issue #7960 (2026-09-22 comment); aiconfigurator 0.12.0 microbenchmarks",
+        "Qwen2.5-Omni-7B's thinker (Qwen2.5-7B, 28 layers) on A800, vLLM 0.29: 22-23 ms a token with enforce_eager, "
+        "13 ms with CUDA graphs, 9-10 ms a step, 0.32-0.36 ms a layer; of it, a TP layer's two all-reduces: vLLM "
+        "0.24's custom all-reduce of 64 KiB or less on 8 GPUs costs 14-18 us more a call eagerly than in a CUDA "
+        "graph (median over sizes: H100 18.0, H200 16.4, B200 13.8, B300 14.3 us; data/perfmodel/allreduce/), "
+        "27.7-35.9 us a layer. An uncompiled engine on another GPU: pdtune's eager steps run torch.compile's fused "
+        "kernels without a graph", "low"),
     "seq_overhead_s": PriorValue(
         10e-6, "",
         "none found: vLLM PR #46112 times one of the per-request functions (1.1 us a request), not the whole; "
