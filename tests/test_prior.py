@@ -90,13 +90,21 @@ def test_an_unpulled_factor_feels_no_pull():
     assert pull[0] == pytest.approx(goal.weight * 0.1 / PRIOR_SIGMA["compute"])
 
 
-def test_the_hand_set_eager_cost_is_above_its_measured_collective_part():
-    """perfmodel.prior's eager_layer_overhead_s (50 us, set by hand) against the part of it that is measured:
-    aiconfigurator 0.12.0's microbenchmarks of vLLM 0.24.0's custom all-reduce (data/perfmodel/allreduce/), bf16,
-    eagerly and in a CUDA graph. By hand from the file, H100, 8 GPUs, 1 KiB: 23.755 us eager - 4.649 us in a
-    graph = 19.1 us a call; the median over 128 B-64 KiB is 18.0 us. A TP layer runs two all-reduces, so an eager step
-    pays 2 x 13.8-18.0 = 27.7-35.9 us a layer for them on H100/H200/B200/B300, below the 50 us the prior gives the whole
-    layer. The sentence the book prints says the same numbers."""
+def test_the_eager_cost_from_a_published_eager_and_graph_pair_and_its_measured_collective_part():
+    """perfmodel.prior's eager_layer_overhead_s: vLLM-omni issue #7960 (2026-09-22 comment, vLLM 0.29) times
+    Qwen2.5-Omni-7B's thinker, a Qwen2.5-7B of 28 layers, on A800: 22-23 ms a token with enforce_eager, 13 ms with
+    CUDA graphs. By hand: (22 - 13) / 28 = 0.32 ms and (23 - 13) / 28 = 0.36 ms a layer; the prior takes 0.34 ms.
+    Of it, the part that is measured here: aiconfigurator 0.12.0's microbenchmarks of vLLM 0.24.0's custom
+    all-reduce (data/perfmodel/allreduce/), bf16, eagerly and in a CUDA graph. By hand from the file, H100, 8 GPUs,
+    1 KiB: 23.755 us eager - 4.649 us in a graph = 19.1 us a call; the median over 128 B-64 KiB is 18.0 us. A TP
+    layer runs two all-reduces, so an eager step pays 2 x 13.8-18.0 = 27.7-35.9 us a layer for them on
+    H100/H200/B200/B300, a tenth of the whole. The sentence the book prints says the same numbers."""
+    layers, graph = 28, 13e-3
+    per_layer = [(eager - graph) / layers for eager in (22e-3, 23e-3)]
+    assert [round(x * 1e6) for x in per_layer] == [321, 357]
+    assert per_layer[0] <= PRIOR_VALUES["eager_layer_overhead_s"].value <= per_layer[1]
+    assert PRIOR_VALUES["eager_layer_overhead_s"].confidence == "low"
+    assert "0.32-0.36 ms a layer" in PRIOR_VALUES["eager_layer_overhead_s"].numbers
     import pandas as pd
 
     from pdtune.paths import data_dir

@@ -63,7 +63,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attention_hbm": (0.1, 1.0),
     "expert_overhead_s": (0.0, 2e-6),  # per routed expert per MoE layer: a fraction of a microsecond
     "seq_overhead_s": (0.0, 200e-6),  # vLLM's per-request work in one step: tens of microseconds
-    "eager_layer_overhead_s": (0.0, 3e-3),
+    "eager_layer_overhead_s": (0.0, 3e-3),  # launches one by one: tenths of a millisecond a layer (perfmodel.prior)
     "hbm": (0.2, 1.0),
     "link": (0.3, 1.0),  # NCCL and vLLM's custom all-reduce reach well over a third of NVLink on large messages
     "collective_latency_s": (2e-6, 50e-6),  # one NVLink all-reduce launch and handshake
@@ -77,7 +77,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
 PRIOR_SIGMA = {"compute": 0.15, "expert_compute": 0.15, "hbm": 0.15, "expert_hbm": 0.2, "link": 0.25,
                "collective_latency_s": 10e-6, "step_overhead_s": 0.5e-3, "layer_overhead_s": 20e-6,
                "request_overhead_s": 0.02, "attention_hbm": 0.2, "expert_overhead_s": 0.1e-6,
-               "seq_overhead_s": 10e-6, "eager_layer_overhead_s": 170e-6,
+               "seq_overhead_s": 10e-6, "eager_layer_overhead_s": 170e-6,  # half its low-confidence prior
                **{f"expert_compute_{k}": 0.15 for k in EXPERT_KERNELS},
                **{f"expert_hbm_{k}": 0.2 for k in EXPERT_KERNELS}}
 #: Whether fits add the per-kernel expert fractions of the kernels their rows use.
