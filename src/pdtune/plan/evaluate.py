@@ -24,6 +24,7 @@ the same columns from its simulated requests):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -118,22 +119,24 @@ SIM_BATCH = 4
 SIM_CANDIDATES = 12
 
 
+def row_clients(r: dict[str, Any]) -> int:
+    """The clients a row's simulated benchmark runs: one server's for an aggregated row (its replicas are alike),
+    the whole deployment's for a disaggregated one."""
+    return int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"])
+
+
 class SimProgress:
     """One status line while a plan's rows are simulated (the CLI writes it to a terminal's stderr, never to a
     pipe): the rows simulated so far, the time since the first began, and the last row's deployment."""
 
     def __init__(self, stream: Any) -> None:
-        import time
-
         self.stream = stream
         self.rows = 0
         self.start = time.perf_counter()
 
     def row(self, r: dict[str, Any]) -> None:
-        import time
-
         self.rows += 1
-        clients = int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"])
+        clients = row_clients(r)
         self.stream.write(f"\r\x1b[K  simulated {self.rows} row{'s' if self.rows != 1 else ''} in "
                           f"{time.perf_counter() - self.start:.0f} s; last: {r['deployment']} at {clients:,} "
                           f"client{'s' if clients != 1 else ''}")
@@ -247,8 +250,7 @@ def _simulate_rows(rows: pd.DataFrame, *, spec: Any, gpus: dict[str, Any], setti
                    tpot_p90: TpotP90, rounds: int, cache: dict, progress: SimProgress | None = None) -> pd.DataFrame:
     out = evaluate_rows(rows, tpot_p90)  # the search's own columns; the latencies are replaced below
     records = rows.to_dict("records")
-    each = [rounds * c * settings.osl
-            for c in (int(r["server_concurrency"] if r["mode"] == "agg" else r["concurrency"]) for r in records)]
+    each = [rounds * row_clients(r) * settings.osl for r in records]
     one = partial(_simulate_one, spec=spec, gpus=gpus, settings=settings, factors=factors, rounds=rounds)
     jobs = sim_jobs(len(records), sum(each))
     if jobs == 1:

@@ -213,6 +213,7 @@ def decode_run(core, now: float, horizon_of: Callable[[], float]) -> float | Non
     asynchronous = core.asynchronous
     if core.cost.stages != 1 or core.depth > 2:
         return None
+    horizon: float | None = None  # asked for at most once
     ranks: list[Scheduler] = core.ranks
     windowed = any(g.kind == SLIDING for g in ranks[0].kv.groups)
     if asynchronous:
@@ -238,7 +239,8 @@ def decode_run(core, now: float, horizon_of: Callable[[], float]) -> float | Non
             if sched.parked_near_end(PARKED_MIN_RUN + 3):
                 return None
         last = core.queue[0].end if asynchronous else now
-        if horizon_of() < last + PARKED_MIN_RUN * core.last_step_seconds:
+        horizon = horizon_of()  # unparking below changes only this core's requests, which the horizon leaves out
+        if horizon < last + PARKED_MIN_RUN * core.last_step_seconds:
             return None
         for sched in ranks:
             sched.unpark_all()
@@ -278,7 +280,9 @@ def decode_run(core, now: float, horizon_of: Callable[[], float]) -> float | Non
     best, who = busiest_rank(cost, n_per, ep, writes, k,
                              lambda i, n: cost.decode_run_seconds(n, kv0[i], k, ep, writes))
     t0, ends_all, updates = step_ends(core, now, best, asynchronous)
-    k = min(k, int(np.searchsorted(updates, horizon_of(), side="left")))
+    if horizon is None:
+        horizon = horizon_of()
+    k = min(k, int(np.searchsorted(updates, horizon, side="left")))
     if k < MIN_RUN:
         return None
     # Blocks: each rank's cumulative needs must fit its free blocks.
