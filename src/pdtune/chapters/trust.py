@@ -118,8 +118,9 @@ def prior_sentence(path: str | None = None) -> str:
         names = ", ".join(f"`{f}`" for f in by_data) or "no factor"
         parts.append(f"{names} of {len(frame)} on {gpus.upper().replace(' ', ' and ')}")
     hand = ", ".join(f"`{f}`" for f in sorted(HAND_SET))
-    return ("The fit pulls each factor towards a value taken from a published kernel or library benchmark, never "
-            "from a serving run (`pdtune.perfmodel.prior`, the folded table below). For " + hand + " no such number "
+    return ("The fit pulls each factor towards a value taken from a published kernel or library benchmark (the "
+            "eager-step cost from another model's decode step timed with and without CUDA graphs), never from the "
+            "rows scored here (`pdtune.perfmodel.prior`, the folded table below). For " + hand + " no such number "
             "was found, and their values are set by hand; fitting them on the rows alone instead predicts the "
             "left-out models worse (`benchmarks/bench_prior.py`). The measurements decide only " + "; ".join(parts)
             + " (they remove at least half of the prior's uncertainty); every other factor stays near its prior "

@@ -3,7 +3,8 @@
 A fit on a few models cannot tell some factors apart (a per-step from a per-layer cost, say), so the fit of the
 defaults (:func:`pdtune.perfmodel.defaults.fit_gpu_defaults`) pulls each factor towards a value that owes nothing
 to the rows it is scored on: a kernel microbenchmark or library benchmark, named below with the GPU it ran on
-and the arithmetic that turns it into pdtune's fraction. None comes from a serving benchmark, so none comes from
+and the arithmetic that turns it into pdtune's fraction; the eager-step cost alone comes from an engine's own
+timing (another model's decode step with and without CUDA graphs, in a public issue). None comes from
 aiconfigurator's rows that the scorecard scores.
 
 A factor for which no such number was found has ``source=""`` and keeps a value set by hand (:data:`HAND_SET`);
