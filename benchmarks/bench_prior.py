@@ -22,7 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults, silicon_file, silicon_problems
+from pdtune.perfmodel.defaults import (
+    SILICON_GPUS,
+    architecture_of,
+    carried,
+    fit_gpu_defaults,
+    fit_key,
+    silicon_file,
+    silicon_problems,
+)
 from pdtune.perfmodel.prior import HAND_SET
 from pdtune.perfmodel.validation import error_percentiles, validate_rows
 from pdtune.results import load_results
@@ -35,15 +43,19 @@ def lomo_scores(unpulled: frozenset[str]) -> pd.DataFrame:
     """One row per model x GPU and one for all rows: the leave-one-model-out median and p90 |error| (%)."""
     problems = silicon_problems(load_results(silicon_file()))
     fits: dict = {}
+    cache: dict = {}
     frames = []
     for model, gpu in sorted(problems):
         if model not in MODELS:
             continue
-        key = (architecture_of(gpu), model)
-        if key not in fits:
-            fits[key] = fit_gpu_defaults(problems, gpu, exclude=[model], unpulled=unpulled)[0]
+        if model not in fits:  # as the scorecard's folds: one fit per architecture, the kernels carried
+            for g in SILICON_GPUS:
+                key = fit_key(problems, g, [model])
+                if key not in cache:
+                    cache[key] = fit_gpu_defaults(problems, g, exclude=[model], unpulled=unpulled)
+            fits[model] = carried({architecture_of(g): cache[fit_key(problems, g, [model])] for g in SILICON_GPUS})
         problem = problems[(model, gpu)]
-        rows = validate_rows(problem.rows, problem.spec, problem.gpu, fits[key])
+        rows = validate_rows(problem.rows, problem.spec, problem.gpu, fits[model][architecture_of(gpu)][0])
         frames.append(rows.assign(model_key=model, gpu_name=gpu))
     table = pd.concat(frames, ignore_index=True)
     out = []

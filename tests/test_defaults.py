@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from pdtune.model import bundled_models
-from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
-from pdtune.perfmodel.defaults import SILICON_GPUS, gpu_defaults
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.defaults import SILICON_GPUS, carry_kernels, gpu_defaults
 
 
 def test_article_gpus_keep_the_article_factors() -> None:
@@ -80,3 +84,40 @@ def test_simulated_predictions_take_the_factors_fitted_through_the_simulation() 
     assert gpu_defaults("h100", "simulated").efficiency == gpu_defaults("h200", "simulated").efficiency
     for gpu in ("gb200", "gb300"):
         assert gpu_defaults(gpu, "simulated") == gpu_defaults(gpu)
+
+
+def test_a_kernel_one_architecture_never_ran_keeps_the_other_architectures_ratio() -> None:
+    """pdtune.perfmodel.defaults.carry_kernels, by hand: Hopper's FP8 experts reach 0.175 / 0.25 = 0.7 of its
+    generic expert compute fraction and 0.6 / 0.65 of its HBM one, so Blackwell (no FP8 rows) gets
+    0.34 x 0.7 = 0.238 and 0.73 x 0.6 / 0.65 = 0.67385; Hopper has no FP4 tensor cores (FP4 weights run as
+    w4a16 there), so Blackwell's FP4 is not carried to it; BF16, in neither, stays unset (the generic fractions);
+    what an architecture's own rows fitted is kept."""
+    hopper, blackwell = ("h100", "h200"), ("b200", "b300")
+    fits = {
+        hopper: Efficiency(expert_compute=0.25, expert_hbm=0.65, expert_compute_fp8=0.175, expert_hbm_fp8=0.6),
+        blackwell: Efficiency(expert_compute=0.34, expert_hbm=0.73, expert_compute_fp4=0.32, expert_hbm_fp4=0.75),
+    }
+    out = carry_kernels(fits)
+    assert out[blackwell].expert_compute_fp8 == pytest.approx(0.238)
+    assert out[blackwell].expert_hbm_fp8 == pytest.approx(0.67385, abs=1e-5)
+    assert out[blackwell].expert_fractions("fp8") == pytest.approx((0.238, 0.67385), abs=1e-5)
+    assert (out[blackwell].expert_compute_fp4, out[blackwell].expert_hbm_fp4) == (0.32, 0.75)
+    assert out[hopper] == fits[hopper]  # FP8 its own, FP4 not carried to a GPU without FP4 tensor cores
+    assert out[blackwell].expert_compute_bf16 is None and out[hopper].expert_compute_bf16 is None
+    # A fraction above 1 is capped: a kernel never beats its peak.
+    strong = {hopper: replace(fits[hopper], expert_compute_fp8=0.5), blackwell: replace(fits[blackwell],
+                                                                                          expert_compute=0.6)}
+    assert carry_kernels(strong)[blackwell].expert_compute_fp8 == 1.0
+
+
+def test_the_scorecards_folds_carry_the_kernels_their_architecture_lacks() -> None:
+    """The shipped leave-one-model-out factors (data/perfmodel/validation/lomo_models.csv): MiniMax-M2.5 left out,
+    Blackwell's rows run no FP8 experts, so its FP8 fractions are Hopper's ratio to the generic ones (to the
+    file's six digits); Hopper's FP4 stays unset."""
+    from pdtune.scorecard import lomo_factors
+
+    b200, h200 = lomo_factors("minimax-m2.5", "b200"), lomo_factors("minimax-m2.5", "h200")
+    assert b200.expert_compute_fp8 == pytest.approx(b200.experts * h200.expert_compute_fp8 / h200.experts, rel=1e-5)
+    assert b200.expert_hbm_fp8 == pytest.approx(b200.experts_hbm * h200.expert_hbm_fp8 / h200.experts_hbm, rel=1e-5)
+    assert b200.expert_compute_fp8 < b200.experts  # Hopper's FP8 experts are slower than its generic ones
+    assert h200.expert_compute_fp4 is None

@@ -30,6 +30,7 @@ from pdtune.perfmodel.defaults import (
     SILICON_GPUS,
     GpuDefaults,
     architecture_of,
+    carried,
     fit_gpu_defaults,
     fitted_problem_rows,
     silicon_file,
@@ -55,9 +56,11 @@ def main_simulated(out: Path = HERE / "defaults_simulated.csv") -> Path:
     rows = []
     fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
     for gpu in SILICON_GPUS:
+        if architecture_of(gpu) not in fits:
+            fits[architecture_of(gpu)] = fit_gpu_defaults(problems, gpu, latency_model="simulated", rows=sim_fit_rows)
+    fits = carried(fits)  # a kernel one architecture's rows never ran takes the other's ratio (carry_kernels)
+    for gpu in SILICON_GPUS:
         members = architecture_of(gpu)
-        if members not in fits:
-            fits[members] = fit_gpu_defaults(problems, gpu, latency_model="simulated", rows=sim_fit_rows)
         eff, models = fits[members]
         n = sum(int(sim_fit_rows(p.rows).sum()) for (m, g), p in problems.items() if g in members)
         rows.append(GpuDefaults(gpu, eff, "silicon-simulated",
@@ -76,6 +79,7 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
     fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
     fitted: dict[str, pd.DataFrame] = {}
     sensitivity = []
+    set_by: dict[tuple[str, ...], dict[str, str]] = {}
     for gpu in SILICON_GPUS:
         members = architecture_of(gpu)
         mine = [p for (m, g), p in sorted(problems.items()) if g in members]
@@ -83,12 +87,16 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
             fits[members] = fit_gpu_defaults(problems, gpu)
             table = factor_sensitivity(mine, fits[members][0], PRIOR)
             sensitivity.append(table.assign(gpus=" ".join(members)))
+            set_by[members] = dict(zip(table["factor"], table["set_by"], strict=True))
+    fits = carried(fits)  # a kernel one architecture's rows never ran takes the other's ratio (carry_kernels)
+    for gpu in SILICON_GPUS:
+        members = architecture_of(gpu)
+        mine = [p for (m, g), p in sorted(problems.items()) if g in members]
         eff, models = fits[members]
         # the rows the fit was made of (not those it could not plan: the nine client-bug rows, for one)
         fitted[gpu] = fitted_problem_rows(mine, eff.arrival_clustering) if mine else pd.DataFrame()
         n = len(fitted[gpu])
-        set_by = dict(zip(sensitivity[-1]["factor"], sensitivity[-1]["set_by"], strict=True))
-        by_data = [f for f, s in set_by.items() if s == "data"]
+        by_data = [f for f, s in set_by[members].items() if s == "data"]
         where = (f"{n} vLLM aggregated rows on {' and '.join(members)}" if n
                  else "no rows on this architecture: every GPU's rows")
         rows.append(GpuDefaults(gpu, eff, "silicon",

@@ -32,7 +32,7 @@ from pdtune.guarded import bundled, read_csv
 from pdtune.gpus import load_gpu
 from pdtune.model import bundled_models, load_model
 from pdtune.paths import clusters_dir, data_dir
-from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, FACTORS, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, EXPERT_KERNELS, FACTORS, Efficiency
 from pdtune.perfmodel.fit import Problem, compile_problems, fit_efficiency
 from pdtune.perfmodel.prior import PRIOR
 from pdtune.perfmodel.repeats import REPEAT_COLUMNS, fold_repeats, measurement_key
@@ -198,6 +198,68 @@ def fit_gpu_defaults(
     _refuse_held_out([p for _, p in mine])
     result = fit_efficiency([p for _, p in mine], start=PRIOR, unpulled=unpulled, latency_model=latency_model)
     return result.efficiency, sorted({m for m, _ in mine})
+
+
+#: A fit's key: the architecture's GPUs and the models whose rows it used (two fits of one key are the same fit).
+FitKey = tuple[tuple[str, ...], tuple[str, ...]]
+#: Fits per architecture, each with the models it used.
+Fits = dict[tuple[str, ...], tuple[Efficiency, list[str]]]
+
+
+def fit_key(problems: dict[tuple[str, str], Problem], gpu: str, exclude: Sequence[str] = ()) -> FitKey:
+    """What :func:`fit_gpu_defaults` fits ``gpu`` on: its architecture and the models left in it."""
+    members = architecture_of(gpu)
+    return members, tuple(sorted({m for m, g in problems if g in members and m not in exclude}))
+
+
+def fit_architectures(
+    problems: dict[tuple[str, str], Problem], *, exclude: Sequence[str] = (), gpus: Iterable[str] = SILICON_GPUS,
+    cache: dict[FitKey, tuple[Efficiency, list[str]]] | None = None,
+) -> Fits:
+    """One :func:`fit_gpu_defaults` per architecture of ``gpus``, the models in ``exclude`` left out, with the
+    expert kernels each architecture's rows never ran carried over from the others' (:func:`carry_kernels`).
+    ``cache`` keeps fits by :func:`fit_key`: leaving out a model an architecture never measured is that
+    architecture's whole fit."""
+    cache = {} if cache is None else cache
+    fits: Fits = {}
+    for gpu in gpus:
+        key = fit_key(problems, gpu, exclude)
+        if key not in cache:
+            cache[key] = fit_gpu_defaults(problems, gpu, exclude=exclude)
+        fits[key[0]] = cache[key]
+    return carried(fits)
+
+
+def carried(fits: Fits) -> Fits:
+    """:func:`carry_kernels` on fits that carry the models they used."""
+    factors = carry_kernels({members: eff for members, (eff, _) in fits.items()})
+    return {members: (factors[members], models) for members, (_, models) in fits.items()}
+
+
+def carry_kernels(fits: dict[tuple[str, ...], Efficiency]) -> dict[tuple[str, ...], Efficiency]:
+    """Each architecture's factors with the expert kernel families its rows never ran but another's did: such a
+    kernel keeps, relative to the architecture's generic expert fractions, the ratio it has on the other
+    (MiniMax-M2.5 left out, Blackwell's rows run no FP8 experts: they take Hopper's ratio of FP8 to generic
+    expert fractions, where they used to fall back to the generic ones, a ratio of 1). FP4 is carried only to GPUs
+    with FP4 tensor cores (elsewhere FP4 weights run in the ``w4a16`` kernel). The first architecture that has the
+    kernel gives the ratio; an architecture whose own rows ran the kernel keeps its fit."""
+    out = {}
+    for members, eff in fits.items():
+        native_fp4 = "fp4" in load_gpu(members[0]).dense_flops
+        changes: dict[str, float] = {}
+        for kernel in EXPERT_KERNELS:
+            if getattr(eff, f"expert_compute_{kernel}") is not None or kernel == "fp4" and not native_fp4:
+                continue
+            donor = next((o for m, o in fits.items() if m != members and getattr(o, f"expert_compute_{kernel}")
+                          is not None), None)
+            if donor is None:
+                continue
+            for part, generic in (("compute", "experts"), ("hbm", "experts_hbm")):
+                name = f"expert_{part}_{kernel}"
+                ratio = getattr(donor, name) / getattr(donor, generic)
+                changes[name] = min(1.0, getattr(eff, generic) * ratio)
+        out[members] = replace(eff, **changes)
+    return out
 
 
 def fitted_rows_file() -> Path:

@@ -35,7 +35,15 @@ from functools import partial
 import pandas as pd
 
 from pdtune.perfmodel.efficiency import Efficiency
-from pdtune.perfmodel.defaults import architecture_of, fit_gpu_defaults
+from pdtune.perfmodel.defaults import (
+    SILICON_GPUS,
+    FitKey,
+    architecture_of,
+    carried,
+    fit_architectures,
+    fit_gpu_defaults,
+    fit_key,
+)
 from pdtune.perfmodel.fit import Problem, fit_efficiency
 from pdtune.perfmodel.validation import METRICS, deployment_key, error_percentiles, validate_rows
 
@@ -70,20 +78,24 @@ def lomo_fits_simulated(problems: dict[tuple[str, str], Problem], models: Sequen
     """Leave-one-model-out factors fitted through the scheduler simulation (one fit per architecture and held-out
     model, on :func:`sim_fit_rows` of the other models), per model x GPU with the models each fit used; ``jobs``
     fits at a time in worker processes. The silicon sample's ten fits took 40 minutes on two cores (2026-12-06)."""
-    keys: dict[tuple[tuple[str, ...], str], str] = {}  # (architecture, model) -> a GPU of it
-    for model, gpu in sorted(problems):
-        if model in models:
-            keys.setdefault((architecture_of(gpu), model), gpu)
+    # Every architecture for every held-out model (the kernels carry between them), each distinct fit once.
+    folds: dict[FitKey, tuple[tuple[tuple[str, ...], str], str]] = {}
+    held = sorted({m for m, _ in problems if m in models})
+    for model in held:
+        for gpu in SILICON_GPUS:
+            folds.setdefault(fit_key(problems, gpu, [model]), ((architecture_of(gpu), model), gpu))
     one = partial(_lomo_fit_simulated, problems)
-    folds = list(keys.items())
     if jobs <= 1:
-        fitted = [one(f) for f in folds]
+        fitted = [one(f) for f in folds.values()]
     else:
         from pdtune.signals import map_in_workers
 
-        fitted = map_in_workers(one, folds, jobs)
-    found = dict(zip(keys, fitted, strict=True))
-    return {(model, gpu): found[(architecture_of(gpu), model)] for model, gpu in sorted(problems) if model in models}
+        fitted = map_in_workers(one, list(folds.values()), jobs)
+    cache = dict(zip(folds, fitted, strict=True))
+    per_model = {model: carried({architecture_of(g): cache[fit_key(problems, g, [model])] for g in SILICON_GPUS})
+                 for model in held}
+    return {(model, gpu): per_model[model][architecture_of(gpu)] for model, gpu in sorted(problems)
+            if model in models}
 
 
 def fold_of(key: str, folds: int) -> int:
@@ -110,15 +122,16 @@ def heldout_table(
     frames = []
     factors: dict[tuple[str, str], Efficiency] = {}
     used: dict[tuple[str, str], list[str]] = {}
-    lomo_fits: dict[tuple[str, str], tuple[Efficiency, list[str]]] = {}
+    lomo_fits: dict[str, dict[tuple[str, ...], tuple[Efficiency, list[str]]]] = {}
+    cache: dict = {}
     for model, gpu in sorted(problems):
         if models is not None and model not in models:
             continue
-        key = (architecture_of(gpu), model)  # GPUs of one architecture share one fit
-        if key not in lomo_fits:
-            lomo_fits[key] = fit_gpu_defaults(problems, gpu, exclude=[model])
-        factors[(model, gpu)], used[(model, gpu)] = lomo_fits[key]
-        frames.append(heldout_rows(problems[(model, gpu)], model, gpu, lomo_fits[key][0], folds=folds,
+        if model not in lomo_fits:  # one fit per architecture, the kernels carried between them
+            lomo_fits[model] = fit_architectures(problems, exclude=[model], cache=cache)
+        fit = lomo_fits[model][architecture_of(gpu)]
+        factors[(model, gpu)], used[(model, gpu)] = fit
+        frames.append(heldout_rows(problems[(model, gpu)], model, gpu, fit[0], folds=folds,
                                    latency_model=latency_model))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return HeldOut(table, factors, used)
