@@ -22,15 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pdtune.perfmodel.defaults import (
-    SILICON_GPUS,
-    architecture_of,
-    carried,
-    fit_gpu_defaults,
-    fit_key,
-    silicon_file,
-    silicon_problems,
-)
+from pdtune.perfmodel.defaults import architecture_of, fit_architectures, silicon_file, silicon_problems
 from pdtune.perfmodel.prior import HAND_SET
 from pdtune.perfmodel.validation import error_percentiles, validate_rows
 from pdtune.results import load_results
@@ -49,11 +41,7 @@ def lomo_scores(unpulled: frozenset[str]) -> pd.DataFrame:
         if model not in MODELS:
             continue
         if model not in fits:  # as the scorecard's folds: one fit per architecture, the kernels carried
-            for g in SILICON_GPUS:
-                key = fit_key(problems, g, [model])
-                if key not in cache:
-                    cache[key] = fit_gpu_defaults(problems, g, exclude=[model], unpulled=unpulled)
-            fits[model] = carried({architecture_of(g): cache[fit_key(problems, g, [model])] for g in SILICON_GPUS})
+            fits[model] = fit_architectures(problems, exclude=[model], cache=cache, unpulled=unpulled)
         problem = problems[(model, gpu)]
         rows = validate_rows(problem.rows, problem.spec, problem.gpu, fits[model][architecture_of(gpu)][0])
         frames.append(rows.assign(model_key=model, gpu_name=gpu))

@@ -75,9 +75,11 @@ def _lomo_fit_simulated(problems: dict[tuple[str, str], Problem],
 
 def lomo_fits_simulated(problems: dict[tuple[str, str], Problem], models: Sequence[str], *,
                         jobs: int = 1) -> dict[tuple[str, str], tuple[Efficiency, list[str]]]:
-    """Leave-one-model-out factors fitted through the scheduler simulation (one fit per architecture and held-out
-    model, on :func:`sim_fit_rows` of the other models), per model x GPU with the models each fit used; ``jobs``
-    fits at a time in worker processes. The silicon sample's ten fits took 40 minutes on two cores (2026-12-06)."""
+    """Leave-one-model-out factors fitted through the scheduler simulation (one fit per architecture for each
+    held-out model, on :func:`sim_fit_rows` of the other models, the kernels carried between the architectures as
+    :func:`~pdtune.perfmodel.defaults.fit_architectures` does), per model x GPU with the models each fit used;
+    ``jobs`` fits at a time in worker processes. The silicon sample's eleven distinct fits took 17 minutes on two
+    cores (2026-12-07)."""
     # Every architecture for every held-out model (the kernels carry between them), each distinct fit once.
     folds: dict[FitKey, tuple[tuple[tuple[str, ...], str], str]] = {}
     held = sorted({m for m, _ in problems if m in models})
