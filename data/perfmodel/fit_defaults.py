@@ -30,15 +30,14 @@ from pdtune.perfmodel.defaults import (
     SILICON_GPUS,
     GpuDefaults,
     architecture_of,
-    carried,
-    fit_gpu_defaults,
+    fit_architectures,
     fitted_problem_rows,
     silicon_file,
     silicon_problems,
     write_defaults,
     write_fitted_rows,
 )
-from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
 from pdtune.perfmodel.prior import HAND_SET, PRIOR
 from pdtune.perfmodel.sensitivity import factor_sensitivity
 from pdtune.results import load_results
@@ -54,11 +53,8 @@ def main_simulated(out: Path = HERE / "defaults_simulated.csv") -> Path:
 
     problems = silicon_problems(load_results(silicon_file()))
     rows = []
-    fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
-    for gpu in SILICON_GPUS:
-        if architecture_of(gpu) not in fits:
-            fits[architecture_of(gpu)] = fit_gpu_defaults(problems, gpu, latency_model="simulated", rows=sim_fit_rows)
-    fits = carried(fits)  # a kernel one architecture's rows never ran takes the other's ratio (carry_kernels)
+    # one fit per architecture; a kernel one architecture's rows never ran takes the other's ratio (carry_kernels)
+    fits = fit_architectures(problems, latency_model="simulated", rows=sim_fit_rows)
     for gpu in SILICON_GPUS:
         members = architecture_of(gpu)
         eff, models = fits[members]
@@ -76,23 +72,19 @@ def main_simulated(out: Path = HERE / "defaults_simulated.csv") -> Path:
 def main(out: Path = HERE / "defaults.csv") -> Path:
     problems = silicon_problems(load_results(silicon_file()))
     rows = []
-    fits: dict[tuple[str, ...], tuple[Efficiency, list[str]]] = {}
+    # one fit per architecture; a kernel one architecture's rows never ran takes the other's ratio (carry_kernels)
+    fits = fit_architectures(problems)
     fitted: dict[str, pd.DataFrame] = {}
     sensitivity = []
     set_by: dict[tuple[str, ...], dict[str, str]] = {}
     for gpu in SILICON_GPUS:
         members = architecture_of(gpu)
         mine = [p for (m, g), p in sorted(problems.items()) if g in members]
-        if members not in fits:  # one fit per architecture
-            fits[members] = fit_gpu_defaults(problems, gpu)
-            table = factor_sensitivity(mine, fits[members][0], PRIOR)
+        eff, models = fits[members]
+        if members not in set_by:  # a carried kernel is not in the architecture's rows: it changes nothing here
+            table = factor_sensitivity(mine, eff, PRIOR)
             sensitivity.append(table.assign(gpus=" ".join(members)))
             set_by[members] = dict(zip(table["factor"], table["set_by"], strict=True))
-    fits = carried(fits)  # a kernel one architecture's rows never ran takes the other's ratio (carry_kernels)
-    for gpu in SILICON_GPUS:
-        members = architecture_of(gpu)
-        mine = [p for (m, g), p in sorted(problems.items()) if g in members]
-        eff, models = fits[members]
         # the rows the fit was made of (not those it could not plan: the nine client-bug rows, for one)
         fitted[gpu] = fitted_problem_rows(mine, eff.arrival_clustering) if mine else pd.DataFrame()
         n = len(fitted[gpu])

@@ -215,17 +215,20 @@ def fit_key(problems: dict[tuple[str, str], Problem], gpu: str, exclude: Sequenc
 def fit_architectures(
     problems: dict[tuple[str, str], Problem], *, exclude: Sequence[str] = (), gpus: Iterable[str] = SILICON_GPUS,
     cache: dict[FitKey, tuple[Efficiency, list[str]]] | None = None, unpulled: frozenset[str] = frozenset(),
+    latency_model: str = "steady-state", rows: Callable[[pd.DataFrame], pd.Series] | None = None,
 ) -> Fits:
-    """One :func:`fit_gpu_defaults` per architecture of ``gpus``, the models in ``exclude`` left out (the factors
-    in ``unpulled`` not pulled), with the expert kernels each architecture's rows never ran carried over from the
-    others' (:func:`carry_kernels`). ``cache`` keeps fits by :func:`fit_key` (one cache per ``unpulled``): leaving
-    out a model an architecture never measured is that architecture's whole fit."""
+    """One :func:`fit_gpu_defaults` per architecture of ``gpus``, the models in ``exclude`` left out (``unpulled``,
+    ``latency_model`` and ``rows`` as there), with the expert kernels each architecture's rows never ran carried
+    over from the others' (:func:`carry_kernels`). ``cache`` keeps fits by :func:`fit_key` (one cache per choice of
+    the other arguments; a caller may fill it beforehand, in parallel): leaving out a model an architecture never
+    measured is that architecture's whole fit."""
     cache = {} if cache is None else cache
     fits: Fits = {}
     for gpu in gpus:
         key = fit_key(problems, gpu, exclude)
         if key not in cache:
-            cache[key] = fit_gpu_defaults(problems, gpu, exclude=exclude, unpulled=unpulled)
+            cache[key] = fit_gpu_defaults(problems, gpu, exclude=exclude, unpulled=unpulled,
+                                          latency_model=latency_model, rows=rows)
         fits[key[0]] = cache[key]
     return carried(fits)
 

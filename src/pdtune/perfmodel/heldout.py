@@ -39,7 +39,6 @@ from pdtune.perfmodel.defaults import (
     SILICON_GPUS,
     FitKey,
     architecture_of,
-    carried,
     fit_architectures,
     fit_gpu_defaults,
     fit_key,
@@ -80,7 +79,8 @@ def lomo_fits_simulated(problems: dict[tuple[str, str], Problem], models: Sequen
     :func:`~pdtune.perfmodel.defaults.fit_architectures` does), per model x GPU with the models each fit used;
     ``jobs`` fits at a time in worker processes. The silicon sample's eleven distinct fits took 17 minutes on two
     cores (2026-12-07)."""
-    # Every architecture for every held-out model (the kernels carry between them), each distinct fit once.
+    # Every architecture for every held-out model (the kernels carry between them), each distinct fit once, in
+    # parallel; fit_architectures then finds them all in the cache.
     folds: dict[FitKey, tuple[tuple[tuple[str, ...], str], str]] = {}
     held = sorted({m for m, _ in problems if m in models})
     for model in held:
@@ -94,8 +94,8 @@ def lomo_fits_simulated(problems: dict[tuple[str, str], Problem], models: Sequen
 
         fitted = map_in_workers(one, list(folds.values()), jobs)
     cache = dict(zip(folds, fitted, strict=True))
-    per_model = {model: carried({architecture_of(g): cache[fit_key(problems, g, [model])] for g in SILICON_GPUS})
-                 for model in held}
+    per_model = {model: fit_architectures(problems, exclude=[model], cache=cache, latency_model="simulated",
+                                          rows=sim_fit_rows) for model in held}
     return {(model, gpu): per_model[model][architecture_of(gpu)] for model, gpu in sorted(problems)
             if model in models}
 
