@@ -83,18 +83,25 @@ def test_cohorts_make_the_first_token_wait_for_the_others(engine) -> None:
     assert together > 2 * alone
 
 
-def test_beyond_the_kv_room_requests_take_turns() -> None:
-    # Llama-3.1-70B in BF16 on two H200s holds few 8192 + 1024-token requests. Past the room R vLLM preempts
-    # the newest running request when a decode step finds no free block (Scheduler.schedule,
-    # vllm/v1/core/sched/scheduler.py), so the k admitted requests take turns: TPOT = (k / R) x TPOT at R.
+def test_beyond_the_kv_room_requests_queue() -> None:
+    # Llama-3.1-70B in BF16 on two H200s holds few 8192 + 1024-token requests. Past the room R a waiting prompt is
+    # not admitted until its blocks fit (Scheduler.schedule, vllm/v1/core/sched/scheduler.py: the waiting loop
+    # breaks when allocate_slots returns None), so R requests decode at R's pace (TPOT flat) and the k clients
+    # queue: by Little's law TTFT = TTFT_R + (k / R - 1) x (TTFT_R + 1023 x TPOT_R), linear in k.
     engine = build_engine(load_model("llama-3.1-70b"), load_gpu("h200"), parse_topology("TP2"), isl=8192, osl=1024,
                           config=EngineConfig(kv_cache_dtype="auto", overheads_gib=(5.6, 0.55, 0.0)))
     small, large = agg_plan(engine, 8, 8192, 1024), agg_plan(engine, 512, 8192, 1024)
     assert not small.kv_limited and large.kv_limited
     room = large.running
-    at_room = agg_plan(engine, math.floor(room), 8192, 1024)
-    assert large.evaluate(engine, EFF)[1] == pytest.approx(512 / room * at_room.evaluate(engine, EFF)[1], rel=0.05)
-    assert large.evaluate(engine, EFF)[1] > 10 * small.evaluate(engine, EFF)[1]
+    assert room < 64  # far below the 512 clients
+    ttft_r, tpot_r = agg_plan(engine, math.floor(room), 8192, 1024).evaluate(engine, EFF)
+    ttft, tpot = large.evaluate(engine, EFF)
+    assert tpot == pytest.approx(tpot_r, rel=0.05)
+    assert ttft == pytest.approx(ttft_r + (512 / room - 1) * (ttft_r + 1023 * tpot_r), rel=0.05)
+    # Twice the clients beyond the room: twice the queue, the same TPOT.
+    ttft_2, tpot_2 = agg_plan(engine, 1024, 8192, 1024).evaluate(engine, EFF)
+    assert tpot_2 == pytest.approx(tpot, rel=1e-9)
+    assert ttft_2 - ttft_r == pytest.approx((1024 / room - 1) / (512 / room - 1) * (ttft - ttft_r), rel=0.01)
 
 
 def test_beyond_max_num_seqs_requests_queue() -> None:
@@ -152,3 +159,16 @@ def test_groups_beyond_the_nvlink_domain_pay_the_network() -> None:
     assert group_bandwidth(gpu, 8, EFF) == pytest.approx(450e9 * 0.8)
     assert group_bandwidth(gpu, 16, EFF) == pytest.approx(50e9 * 0.8)
     assert scale_out_latency("h200") == pytest.approx(20e-6)
+
+
+def test_the_scheduler_pages_kv_case_queues_in_both_models() -> None:
+    """Chapter 8's KV-limited case (Llama-3.1-8B on one H100, room for 14 requests): above the room the
+    steady-state model's TPOT stays flat and its TTFT grows linearly, as the simulation's ("puts the same queue
+    in")."""
+    from pdtune.chapters import scheduler as sched
+
+    kv = sched.sweep(sched.KV_LIMITED, (32, 64, 96)).set_index("concurrency")
+    steady_tpot, steady_ttft = kv["steady_tpot_ms"], kv["steady_ttft_ms"]
+    assert steady_tpot[96] == pytest.approx(steady_tpot[32], rel=1e-9)
+    assert steady_ttft[96] - steady_ttft[64] == pytest.approx(steady_ttft[64] - steady_ttft[32], rel=1e-6)
+    assert steady_ttft[96] == pytest.approx(kv.loc[96, "ttft_ms_p50"], rel=0.25)

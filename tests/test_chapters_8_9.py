@@ -81,8 +81,8 @@ def test_every_quoted_key_is_glued_by_the_page(page: str) -> None:
 def test_chapter_8s_takeaways_hold_on_the_shipped_scorecard() -> None:
     """The scorecard is the same for every parameter set, so what the takeaways' wording asserts is checked on
     it once: TTFT misses more than TPOT, the top concurrency band is the worst, dense is closer than MoE,
-    calibration lowers the median TTFT error for most pairs but hardly its 90th percentile ("the typical TTFT, not
-    its tail")."""
+    calibration lowers the median TTFT error for most pairs, and its 90th percentile by a smaller share ("the typical
+    TTFT more than its tail")."""
     card = ch8.scorecard()
     overall = ch8.validation_table(card).set_index("model").loc["all"]
     assert overall["ttft_median_error_pct"] > overall["tpot_median_error_pct"]
@@ -96,7 +96,9 @@ def test_chapter_8s_takeaways_hold_on_the_shipped_scorecard() -> None:
     h, gains = ch8.headline(card), ch8.calibration_gains(card)
     assert gains["ttft"] > gains["scored"] / 2
     assert h["calibrated-ttft-median"] < 0.8 * h["lomo-ttft-median"]  # the typical TTFT moves ...
-    assert h["calibrated-ttft-p90"] > 0.85 * h["lomo-ttft-p90"]  # ... its tail "only moves"
+    # ... "more than its tail": the 90th percentile falls by a smaller share, "still more than twice the median"
+    assert h["calibrated-ttft-p90"] / h["lomo-ttft-p90"] > h["calibrated-ttft-median"] / h["lomo-ttft-median"]
+    assert h["calibrated-ttft-p90"] > 2 * h["calibrated-ttft-median"]
 
 
 def takeaway_problems(g: dict[str, Any]) -> list[str]:

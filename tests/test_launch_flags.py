@@ -146,9 +146,47 @@ def test_the_served_layout_replaces_the_recorded_one_of_the_same_size():
     tp8 = parse_topology("TP8")
     assert served_topology(tp8, ServerFlags(topology="TEP8")).name == parse_topology("TEP8").name
     # Another GPU count is a conflict of the data's own: the recorded layout stays.
-    wide = parse_topology("TP4DP4+EP")
-    assert served_topology(wide, ServerFlags(topology="TP4")) is wide
+    assert served_topology(tp8, ServerFlags(topology="TEP4")) is tp8
+    assert served_topology(parse_topology("TEP4"), ServerFlags(topology="TP2")).name == "TEP4"
     assert served_topology(tp8, None) is tp8
+
+
+def test_a_dp_attention_layout_recorded_on_tp_x_dp_gpus_is_served_on_tp():
+    """aiconfigurator's file records InferenceX's ``tp: 4, ep: 4, dp-attn: true`` as TP4DP4+EP on 16 GPUs; the
+    server ran on TP = 4 GPUs (InferenceX's utils/process_result.py: tput_per_gpu = total / TP), as the script's
+    layout (minimaxm2.5_fp8_b200.sh has no DP_ATTENTION branch: TEP4; minimaxm2.5_fp4_b200.sh's passes
+    --tensor-parallel-size=1 --data-parallel-size=4: DP4+EP)."""
+    from pdtune.perfmodel.launch_flags import served_topology
+    from pdtune.topology import parse_topology
+
+    wide = parse_topology("TP4DP4+EP")
+    assert wide.gpus == 16
+    assert served_topology(wide, ServerFlags(topology="TEP4")).name == "TEP4"
+    assert served_topology(wide, ServerFlags(topology="DP4+EP")).gpus == 4
+    assert served_topology(wide, ServerFlags(topology="TP4")).name == "TP4"
+    # Only the recorded TP's GPU count is the script's: another count stays a visible conflict.
+    assert served_topology(wide, ServerFlags(topology="TEP8")) is wide
+
+
+@pytest.mark.parametrize("precision, served", [("fp8", "TEP2"), ("fp4", "DP2+EP")])
+def test_the_shipped_dp_attention_rows_run_as_their_scripts(precision, served):
+    """MiniMax-M2.5 on B200, measured 2026-04-08, recorded TP2DP2+EP on 4 GPUs at 1,000 tokens/s per GPU: the FP8
+    script (bddbf403) ran TEP2, the FP4 one (79bd988e) DP2+EP, both on 2 GPUs, so 2,000 tokens/s per GPU."""
+    from pdtune.model import load_model
+    from pdtune.perfmodel.validation import validate_rows
+    from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
+
+    row = _row(topology="TP2DP2+EP", precision=precision, gemm_quant_mode="fp8_block",
+               moe_quant_mode="fp8_block" if precision == "fp8" else "nvfp4", gpus_total=4, mode="agg",
+               provenance="measured=2026-04-08T00:00:00.000Z", tps_per_gpu=1000.0, ttft_ms_p50=80.0,
+               tpot_ms_p50=10.0)
+    setup = row_setup(row, load_model("minimax-m2.5"))
+    assert setup.reason is None, setup.reason
+    assert setup.topology.name == served and setup.topology.gpus == 2
+    point = validate_rows(pd.DataFrame([row]), load_model("minimax-m2.5"), load_gpu("b200"),
+                          DEFAULT_EFFICIENCY).iloc[0]
+    assert point["predicted"] and point["gpus_total"] == 2
+    assert point["measured_tps_per_gpu"] == pytest.approx(2000.0)
 
 
 def test_measured_date():

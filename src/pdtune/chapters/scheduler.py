@@ -81,7 +81,7 @@ def _efficiency(case: Case) -> Efficiency:
 
 def sweep(case: Case, concurrencies: tuple[int, ...]) -> pd.DataFrame:
     """Per concurrency (modeled): the simulated TTFT and TPOT (p50, p90) and mean running and waiting requests,
-    and the steady-state model's TTFT and TPOT of the same engine (``steady_*``: no queue, requests take turns)."""
+    and the steady-state model's TTFT and TPOT of the same engine (``steady_*``: the queue by Little's law)."""
     rows = []
     eff = _efficiency(case)
     for c in concurrencies:

@@ -32,12 +32,13 @@ efficiency factors, which keeps calibration smooth):
    request waits behind the prompts ahead of it, ``TTFT = (L - OSL + 1) t_full``.
 
 TTFT adds ``request_overhead_s`` (front end, tokenisation, streaming). The KV cache's room is vLLM's accounting at
-the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive). Beyond it vLLM preempts the newest
-running request when a decode step finds no free block, and the admitted requests take turns: TPOT grows by
-``S / R`` for ``S`` admitted requests and ``R`` the room. Beyond ``max_num_seqs`` prompts are not admitted and
-the closed loop queues: by Little's law each of the ``k`` clients cycles through the wait ``W`` and a life
+the mean context ``ISL + OSL / 2`` (blocks are allocated as tokens arrive). Beyond it, or beyond ``max_num_seqs``,
+prompts wait for admission and the closed loop queues: the ``S`` running requests decode at their own pace (TPOT
+stays flat) and by Little's law each of the ``k`` clients cycles through the wait ``W`` and a life
 ``T_S = TTFT_S + (OSL - 1) TPOT_S`` at a rate of ``S / T_S`` requests per second, so ``W = (k / S - 1) T_S`` and
-the TTFT is ``W + TTFT_S``. DP ranks share the load as in
+the TTFT is ``W + TTFT_S`` (linear in ``k``). Until 2026-12-07 the KV-limited case let the admitted requests take
+turns instead (TPOT growing by ``k / R``, TTFT flat), the opposite of what the measured KV-limited rows show and
+of what :mod:`pdtune.sim` does. DP ranks share the load as in
 the decode sweep
 (:func:`pdtune.perfmodel.sweeps._spread`); MoE layers keep them in lockstep. Pipeline stages run one after the
 other (no micro-batch overlap in aggregated serving).
@@ -225,16 +226,14 @@ def _level(
     kv_limited = running < k
     seq_limit = engine.config.max_num_seqs
     admitted = float(min(k, seq_limit)) if seq_limit is not None else float(k)
-    if running < admitted:
-        # Admitted but out of KV blocks: vLLM preempts the newest running request when a decode step cannot
-        # allocate (``Scheduler.schedule``, vllm/v1/core/sched/scheduler.py: ``preempted_req = self.running[-1]``)
-        # and re-admits it when blocks are free, so the admitted requests take turns in R slots: each one's
-        # tokens come admitted / R times slower; its first token came when it was first admitted.
-        tpot = tpot.scaled(admitted / running)
+    # Beyond the KV room a waiting prompt is not admitted until its blocks fit (``Scheduler.schedule``,
+    # vllm/v1/core/sched/scheduler.py: the waiting loop stops when ``allocate_slots`` returns None), and beyond
+    # max_num_seqs not at all (it stops at ``max_num_running_reqs``): the running batch stays at the smaller
+    # limit and decodes at its pace, and the other clients queue.
+    admitted = min(admitted, running)
     if admitted < k:
-        # Beyond max_num_seqs a prompt is not admitted at all (``Scheduler.schedule`` stops taking waiting
-        # requests at ``max_num_running_reqs``): the k clients queue for the admitted slots, and by Little's law
-        # each waits (k / S - 1) lives of an admitted request before its prompt starts.
+        # By Little's law each of the k clients waits (k / S - 1) lives of an admitted request before its prompt
+        # starts.
         queued = k / admitted - 1
         ttft = ttft.scaled(1 + queued).plus(tpot, queued * decode_steps)
     return AggPlan(0, regime, ranks * decoding, ttft, tpot, kv_limited, mixed)

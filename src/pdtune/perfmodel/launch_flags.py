@@ -18,7 +18,10 @@ Some scripts also launched another layout than the row records. MiniMax-M2.5's H
 ``--enable-expert-parallel`` whenever ``EP_SIZE >= 1``, which the sweep always sets, so its rows recorded as TP8 ran
 as TEP8; Kimi-K2.5's B200 FP4 script before 2026-04-14 never passed expert parallelism, so its rows recorded as TEP4
 ran as TP4. The ``served_topology`` column (``TEP{TP}``) says so, and :func:`served_topology` applies it where it
-keeps the row's GPU count. The ``unpredictable`` column marks rows whose recorded workload is not the one that ran.
+keeps the row's GPU count, or where the recorded layout multiplied the server's GPUs by its attention DP (the
+file's ``TP4DP4+EP`` on 16 GPUs is InferenceX's ``tp: 4, dp-attn: true`` on 4: MiniMax-M2.5's FP8 scripts ignore
+DP attention and ran it as TEP4, its FP4 scripts as DP4+EP, Kimi-K2.5's B200 FP4 script as TP4). The
+``unpredictable`` column marks rows whose recorded workload is not the one that ran.
 """
 
 from __future__ import annotations
@@ -249,13 +252,21 @@ def _flags(rule: _Rule, env: dict[str, int], table: str) -> ServerFlags:
 
 def served_topology(recorded: Any, flags: ServerFlags | None) -> Any:
     """The layout a row's server ran: the script's (``flags.topology``) where it names one of the same GPU count as
-    the recorded one, else the recorded one (a conflict of GPU counts is the data's, and stays visible)."""
+    the recorded one, or of the recorded layout's TP GPUs when that layout has attention DP; else the recorded one
+    (any other conflict of GPU counts is the data's, and stays visible).
+
+    The second case is how aiconfigurator's file records InferenceX's DP-attention entries: ``tp: 4, ep: 4,
+    dp-attn: true`` becomes ``TP4DP4+EP`` on 16 GPUs, but InferenceX starts one server on ``$TP`` GPUs (its scripts
+    pass ``--tensor-parallel-size=$TP``, or ``--tensor-parallel-size=1 --data-parallel-size=$TP``) and counts
+    ``$TP`` GPUs per single-node run (``utils/process_result.py``: ``tput_per_gpu`` is the total over ``TP``)."""
     if flags is None or flags.topology is None or recorded is None:
         return recorded
     from pdtune.topology import parse_topology
 
     served = parse_topology(flags.topology, "served_topology")
-    return served if served.gpus == recorded.gpus else recorded
+    if served.gpus == recorded.gpus or (recorded.dp > 1 and served.gpus == recorded.tp * recorded.pp):
+        return served
+    return recorded
 
 
 __all__ = ["DEFAULT_SERVER", "ServerFlags", "launch_flags_file", "launched_by", "measured_date", "row_flags",

@@ -404,6 +404,10 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
             point[f"measured_{metric}"] = _measured(row, metric)
             point[f"predicted_{metric}"] = math.nan
             point[f"{metric}_error"] = math.nan
+        if setup.topology is not None and setup.topology.gpus != point["gpus_total"]:
+            # The server ran on fewer GPUs than the file records (launch_flags.served_topology): per GPU over those.
+            point["measured_tps_per_gpu"] *= point["gpus_total"] / setup.topology.gpus
+            point["gpus_total"] = setup.topology.gpus
         for tail in TAILS:
             point[f"predicted_{tail}"] = math.nan
         if setup.reason is None and (point["isl"] is None or point["osl"] is None):
