@@ -224,17 +224,14 @@ def _level(
         decoding = decodes
     ttft = LinearTime(ttft.steps, 1.0)
     kv_limited = running < k
-    seq_limit = engine.config.max_num_seqs
-    admitted = float(min(k, seq_limit)) if seq_limit is not None else float(k)
     # Beyond the KV room a waiting prompt is not admitted until its blocks fit (``Scheduler.schedule``,
     # vllm/v1/core/sched/scheduler.py: the waiting loop stops when ``allocate_slots`` returns None), and beyond
-    # max_num_seqs not at all (it stops at ``max_num_running_reqs``): the running batch stays at the smaller
-    # limit and decodes at its pace, and the other clients queue.
-    admitted = min(admitted, running)
-    if admitted < k:
+    # max_num_seqs not at all (it stops at ``max_num_running_reqs``; ``capacity`` is steady_capacity, which holds
+    # both): the running batch stays at the limit and decodes at its pace, and the other clients queue.
+    if kv_limited:
         # By Little's law each of the k clients waits (k / S - 1) lives of an admitted request before its prompt
         # starts.
-        queued = k / admitted - 1
+        queued = k / running - 1
         ttft = ttft.scaled(1 + queued).plus(tpot, queued * decode_steps)
     return AggPlan(0, regime, ranks * decoding, ttft, tpot, kv_limited, mixed)
 
