@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -106,3 +108,13 @@ def test_the_measured_sweep_is_described_as_it_is_at_every_length() -> None:
     assert "grows" not in sched.sweep_title(small)
     assert [sched.slope_words(x) for x in (0.4, -0.4, 1.6, -3.2)] == [
         "stays flat", "stays flat", "grows by 2 ms per client", "falls by 3 ms per client"]
+
+
+def test_the_fit_script_refuses_an_unknown_flag_and_writes_nothing(tmp_path: Path) -> None:
+    # It once took any first argument for the output file: `fit_defaults.py --help` ran the fit and wrote a file
+    # named "--help" beside fitted_rows.csv and prior_sensitivity.csv.
+    script = Path(__file__).resolve().parents[1] / "data" / "perfmodel" / "fit_defaults.py"
+    done = subprocess.run([sys.executable, str(script), "--bogus"], cwd=tmp_path, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 2 and "unrecognized arguments: --bogus" in done.stderr
+    assert list(tmp_path.iterdir()) == []

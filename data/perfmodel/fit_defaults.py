@@ -21,7 +21,6 @@ rows or the prior decide the fitted value: :mod:`pdtune.perfmodel.sensitivity`).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -107,9 +106,13 @@ def main(out: Path = HERE / "defaults.csv") -> Path:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if "--simulated" in args:
-        args.remove("--simulated")
-        print(f"wrote {main_simulated(Path(args[0]) if args else HERE / 'defaults_simulated.csv')}")
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path, help="the defaults file to write (default: this folder's)")
+    parser.add_argument("--simulated", action="store_true", help="fit through pdtune.sim: defaults_simulated.csv")
+    args = parser.parse_args()
+    if args.simulated:
+        print(f"wrote {main_simulated(args.out or HERE / 'defaults_simulated.csv')}")
     else:
-        print(f"wrote {main(Path(args[0]) if args else HERE / 'defaults.csv')}")
+        print(f"wrote {main(args.out or HERE / 'defaults.csv')}")
