@@ -8,6 +8,7 @@ chapter uses (no notebook is executed here).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +149,15 @@ def test_summary_runs_and_prints_pages_with_thousands_separators(tmp_path):
     text = to_markdown(summary_record(numbers, params, []))
     assert "28,557 pages of 16-token blocks" in text
     assert "| TP8 | no | 36.19 |" in text  # 289 GiB of FP8 weights over 8 GPUs
+    # Every number of the decode-engine table to two decimals, whole values too: Qwen3-Coder-480B's DP8+EP
+    # engine holds a whole 1,116 MiB per request, which printed as "1,116" beside TP8's "139.50".
+    record = summary_record(numbers, params, [])
+    record["decode_engines"]["rows"][-1]["mib_per_request_rank"] = 1116.0
+    text = to_markdown(record)
+    assert "| 1,116.00 |" in text
+    table = text.split("## KV cache and concurrency per decode engine", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[3:-1] for line in table.splitlines() if line.startswith(("| TP8 ", "| DP8+EP "))]
+    assert len(rows) == 2 and all(re.fullmatch(r"[\d,]+\.\d\d", c.strip()) for row in rows for c in row), rows
 
 
 def test_plan_exercise_on_a_large_moe_model(tmp_path):

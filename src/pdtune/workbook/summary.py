@@ -376,6 +376,11 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{int(value):,}"
 
 
+def _fixed(value: Any, digits: int = 2) -> str:
+    """A column's number to the same decimals on every row (1,116.00 beside 139.50, not 1,116)."""
+    return "—" if value is None else f"{float(value):,.{digits}f}"
+
+
 def _tag(modeled: bool) -> str:
     return "modeled (pdtune's performance model, not measured)" if modeled else "measured"
 
@@ -420,9 +425,9 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
     notes = []
     for r in s["decode_engines"]["rows"]:
         lines.append(
-            f"| {r['topology']} | {'yes' if r['mtp'] else 'no'} | {_num(r.get('weights_gib'), 2)} | "
-            f"{_num(r.get('kv_cache_gib'), 2)} | {_num(r.get('mib_per_request_rank'), 2)} | "
-            f"{_num(r.get('requests_per_engine'), 2)} | {_num(r.get('requests_per_deployment'), 2)} |"
+            f"| {r['topology']} | {'yes' if r['mtp'] else 'no'} | {_fixed(r.get('weights_gib'))} | "
+            f"{_fixed(r.get('kv_cache_gib'))} | {_fixed(r.get('mib_per_request_rank'))} | "
+            f"{_fixed(r.get('requests_per_engine'))} | {_fixed(r.get('requests_per_deployment'))} |"
         )
         if r.get("note"):  # below the table, so the table fits the page's column
             notes.append(f"- {r['topology']}{' with MTP' if r['mtp'] else ''}: {r['note']}")
