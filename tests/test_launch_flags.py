@@ -189,6 +189,23 @@ def test_the_shipped_dp_attention_rows_run_as_their_scripts(precision, served):
     assert point["measured_tps_per_gpu"] == pytest.approx(2000.0)
 
 
+def test_a_gpu_count_unlike_the_engines_is_rescaled_only_where_the_script_served_fewer():
+    """A row whose file counts more GPUs than one engine of its layout (replicas, ``--gpus``) without a script
+    layout keeps the file's count and throughput per GPU: only :func:`served_topology` moves them."""
+    from pdtune.model import load_model
+    from pdtune.perfmodel.validation import validate_rows
+    from pdtune.perfmodel.efficiency import DEFAULT_EFFICIENCY
+
+    row = _row(source="vllm-bench", topology="TP8", gpus_total=16, mode="agg", provenance=None,
+               tps_per_gpu=1000.0, ttft_ms_p50=80.0, tpot_ms_p50=10.0, gemm_quant_mode="fp8_block",
+               moe_quant_mode="fp8_block")
+    setup = row_setup(row, load_model("minimax-m2.5"))
+    assert setup.topology.gpus == 8 and setup.recorded_gpus is None
+    point = validate_rows(pd.DataFrame([row]), load_model("minimax-m2.5"), load_gpu("b200"),
+                          DEFAULT_EFFICIENCY).iloc[0]
+    assert point["gpus_total"] == 16 and point["measured_tps_per_gpu"] == pytest.approx(1000.0)
+
+
 def test_measured_date():
     assert measured_date(_row()) == "2026-04-03"
     assert measured_date(_row(provenance="source_file=a.csv; silicon_concurrency=8")) is None

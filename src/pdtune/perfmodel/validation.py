@@ -164,6 +164,7 @@ class RowSetup:
     reason: str | None = None  # set when the row cannot be predicted
     kv_cache_dtype: str = "auto"
     flags: ServerFlags | None = None  # how the measured server was launched, where known (launch_flags.csv)
+    recorded_gpus: int | None = None  # the file's layout's GPUs, where the server ran on another count
 
 
 def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
@@ -178,8 +179,8 @@ def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
     flags = row_flags(row) if mode == "agg" else None
 
     def setup(topology: Topology | None = None, deployment: Deployment | None = None,
-              reason: str | None = None) -> RowSetup:
-        return RowSetup(mode, served, topology, deployment, vllm, note, reason, kv, flags)
+              reason: str | None = None, recorded_gpus: int | None = None) -> RowSetup:
+        return RowSetup(mode, served, topology, deployment, vllm, note, reason, kv, flags, recorded_gpus)
 
     if flags is not None and flags.unpredictable:
         return setup(reason=f"{flags.unpredictable} ({flags.source})")
@@ -189,7 +190,9 @@ def row_setup(row: pd.Series, spec: ModelSpec) -> RowSetup:
     try:
         if mode == "disagg":
             return setup(deployment=parse_deployment(name, "topology"))
-        return setup(topology=served_topology(parse_topology(name, "topology"), flags))
+        recorded = parse_topology(name, "topology")
+        topology = served_topology(recorded, flags)
+        return setup(topology=topology, recorded_gpus=recorded.gpus if topology.gpus != recorded.gpus else None)
     except InputError as exc:
         return setup(reason=f"topology: {exc.message}")
 
@@ -404,8 +407,9 @@ def validate_rows(rows: pd.DataFrame, spec: ModelSpec, gpu: GpuSpec, eff: Effici
             point[f"measured_{metric}"] = _measured(row, metric)
             point[f"predicted_{metric}"] = math.nan
             point[f"{metric}_error"] = math.nan
-        if setup.topology is not None and setup.topology.gpus != point["gpus_total"]:
+        if setup.recorded_gpus is not None:
             # The server ran on fewer GPUs than the file records (launch_flags.served_topology): per GPU over those.
+            # Only then: a file's GPU count may differ from one engine's for other reasons (replicas, --gpus).
             point["measured_tps_per_gpu"] *= point["gpus_total"] / setup.topology.gpus
             point["gpus_total"] = setup.topology.gpus
         for tail in TAILS:
