@@ -253,8 +253,8 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     if not mine:
         return None
     carried = sum("carried over" in line for line in mine)
-    title = (f"Not from your parameters file: {len(mine)} values, {carried} of them carried over from the "
-             "article's setup")
+    title = (f"Not from your parameters file: {len(mine)} value{'s' if len(mine) != 1 else ''}, {carried} of them "
+             "carried over from the article's setup")
     items = "".join(f"<li><code>{html.escape(default_name(line))}</code> = "
                     f"{code_spans(line.split(' = ', 1)[1])}</li>" for line in mine)
     markup = (f'<div class="admonition attention pdtune-defaults"><p class="admonition-title">'
