@@ -198,3 +198,18 @@ def test_light_commands_start_without_pandas() -> None:
     # the probe can fail: a command that needs pandas is seen loading it
     out = subprocess.run([sys.executable, "-c", probe, "results"], capture_output=True, text=True, check=True)
     assert "pandas" in out.stdout
+
+
+def test_no_command_imports_scipy_until_it_fits() -> None:
+    """scipy is imported only where a fit runs (``scipy.optimize`` inside the fitting functions): scipy.stats alone
+    took 1.4 s of every command's start (``pdtune --help`` 3.5 s, then 1.8 s) when pdtune.perfmodel.expert_load
+    imported it for one Binomial CDF, now :func:`~pdtune.perfmodel.expert_load.binomial_cdf`."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom pdtune.cli import build_parser\nbuild_parser(sys.argv[1:])\n"
+             "import pdtune.perfmodel, pdtune.plan, pdtune.sim\n"
+             "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))")
+    for argv in (["--help"], ["predict", "x"], ["plan", "x"], ["validate", "x"]):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=False)
+        assert out.stdout.strip() == "[]", f"pdtune {' '.join(argv)} imports {out.stdout.strip()[:200]}"
