@@ -51,6 +51,14 @@ def test_state_text_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "2,112 tokens = 4,325,376 B" in text and "759.0 MiB" in text and "470,976 tokens" in text
 
 
+def test_state_text_groups_the_thousands_of_mib(capsys: pytest.CaptureFixture[str]) -> None:
+    # DeepSeek-V3 at TP=1 and 32,768 tokens: 1,024 blocks of 32 tokens x 61 MLA layers x 36,864 B (576 x 2 B x 32)
+    # = 2,302,672,896 B = 2,196.0 MiB, its thousands grouped like the byte count beside it (was "2196.0 MiB").
+    assert main(["state", "deepseek-v3", "--tp", "1", "--max-model-len", "32768"]) == 0
+    text = capsys.readouterr().out
+    assert "61 layers, 1,024 blocks per request" in text and "= 2,302,672,896 B = 2,196.0 MiB" in text
+
+
 @pytest.mark.parametrize(("seqs", "spec", "count"), [(272, 3, 85), (528, 0, 52)])
 def test_graphs_examples(capsys: pytest.CaptureFixture[str], seqs: int, spec: int, count: int) -> None:
     out = run_json(capsys, "graphs", "--max-num-seqs", str(seqs), "--num-speculative-tokens", str(spec))

@@ -74,7 +74,7 @@ def request_line(plan: StatePlan) -> str:
     """One sentence with a plan's bytes per request, formatted as ``pdtune state`` prints them."""
     return (
         f"{plan_label(plan)}: {plan.blocks_per_request:,} pages x {plan.block_bytes:,} B = "
-        f"{plan.bytes_per_request:,} B = {plan.bytes_per_request / MiB:.2f} MiB per request"
+        f"{plan.bytes_per_request:,} B = {plan.bytes_per_request / MiB:,.2f} MiB per request"
     )
 
 

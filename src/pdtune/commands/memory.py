@@ -183,5 +183,5 @@ def _report(waterfall: Waterfall, args: argparse.Namespace, extra: dict) -> int:
         shown = ", ".join(f"{flag} {value:g}" for flag, value in extra["assumed"].items())
         print(f"assumed, not given: {shown} (the workbook's defaults: the article's GB300 setup)")
     if kv < 0:
-        print(f"(negative: vLLM would refuse to start; {-kv / MiB:.0f} MiB short)")
+        print(f"(negative: vLLM would refuse to start; {-kv / MiB:,.0f} MiB short)")
     return 0

@@ -223,9 +223,9 @@ def render(plan: StatePlan, out: dict[str, object]) -> str:
     for g in plan.groups:
         pad = f" + {g.padding_layers} padding" if g.padding_layers else ""
         lines.append(f"  group {g.kind.value:<17} {len(g.layers) - g.padding_layers} layers{pad}, "
-                     f"{g.blocks_per_request} block(s) per request")
+                     f"{g.blocks_per_request:,} block{'' if g.blocks_per_request == 1 else 's'} per request")
     lines.append(f"  per request    {plan.pool_blocks_per_request:>13,} pool blocks, {plan.blocks_per_request:,} pages "
-                 f"= {plan.bytes_per_request:,} B = {plan.bytes_per_request / MiB:.1f} MiB")
+                 f"= {plan.bytes_per_request:,} B = {plan.bytes_per_request / MiB:,.1f} MiB")
     if "num_blocks" in out:
         lines.append(
             f"  KV cache {out['kv_cache_gib']} GiB -> {out['num_blocks']:,} blocks of {plan.pool_block_bytes / GiB:.4f} GiB, "

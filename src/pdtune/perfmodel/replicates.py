@@ -46,15 +46,23 @@ def replicate_error(value: float, others: Sequence[float]) -> float:
 def replicate_errors(table: pd.DataFrame, keys: Sequence[str], column: str) -> pd.Series:
     """Per row of ``table``, the replicate error (a fraction) of ``column`` among the rows equal on ``keys``; NaN
     for a row whose point has no other run with a value."""
-    out = pd.Series(np.nan, index=table.index, dtype=float)
-    usable = table[table[column].notna()]
-    for _, group in usable.groupby(list(keys), sort=False, dropna=False):
-        if len(group) < 2:
-            continue
-        values = group[column].to_numpy(dtype=float)
-        for i, index in enumerate(group.index):
-            out[index] = replicate_error(values[i], np.delete(values, i))
-    return out
+    out = np.full(len(table), np.nan)
+    usable = np.flatnonzero(table[column].notna().to_numpy())
+    if len(usable):
+        # Group codes, then NumPy per point: pandas' own group iteration cost 2 s a column on 5,000 silicon rows,
+        # nearly all of them points of one run.
+        sub = table.iloc[usable]
+        codes = sub.groupby(list(keys), sort=False, dropna=False).ngroup().to_numpy()
+        values = sub[column].to_numpy(dtype=float)
+        order = np.argsort(codes, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+        for members in np.split(order, starts[1:]):
+            if len(members) < 2:
+                continue
+            group = values[members]
+            for i, row in enumerate(members):
+                out[usable[row]] = replicate_error(group[i], np.delete(group, i))
+    return pd.Series(out, index=table.index, dtype=float)
 
 
 def replicate_table(table: pd.DataFrame, metrics: Sequence[str] = ("ttft_ms_p50", "tpot_ms_p50"), *,
