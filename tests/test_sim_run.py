@@ -264,6 +264,19 @@ def test_numpy_draws_an_array_of_binomials_as_one_call_each() -> None:
         assert one.random() == many.random()
 
 
+@settings(max_examples=80, deadline=None)
+@given(drafts=st.lists(st.integers(-1, 4), max_size=40), acceptance=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+       seed=st.integers(0, 3))
+def test_a_steps_draws_at_once_are_the_draws_one_by_one(drafts: list[int], acceptance: float, seed: int) -> None:
+    """SpecDecode.accepted_many (one array draw per stretch of equal draft counts, as EngineCore._finish takes a
+    step's) gives each request what SpecDecode.accepted would, and leaves the generator where it would."""
+    from pdtune.sim.engine import SpecDecode
+
+    one, many = SpecDecode(4, acceptance, seed), SpecDecode(4, acceptance, seed)
+    assert many.accepted_many(drafts) == [one.accepted(d) for d in drafts]
+    assert one.rng.random() == many.rng.random()
+
+
 @pytest.mark.parametrize(("topology", "mtp", "clients", "asynchronous", "acceptance", "disagg"),
                          [("TP8", 1, 8, True, 0.5, False), ("TP8", 3, 8, False, 0.6, False),
                           ("TP8", 2, 1, True, 0.7, False), ("TP8", 1, 16, True, 1.0, False),

@@ -87,6 +87,28 @@ class SpecDecode:
             return drafts
         return int(self.rng.binomial(drafts, self.acceptance))
 
+    def accepted_many(self, drafts: list[int]) -> list[int]:
+        """:meth:`accepted` of each of ``drafts`` in order, the same numbers: each stretch of equal draft counts is
+        one array draw, which NumPy's generator makes from the same stream as that many single draws
+        (:mod:`pdtune.sim.specrun` relies on it too); a single draw costs about 2 us, most of an MTP step's own
+        work per request."""
+        a = self.acceptance
+        if a <= 0:
+            return [0] * len(drafts)
+        if a >= 1:
+            return [max(d, 0) for d in drafts]
+        out = [0] * len(drafts)
+        i, n = 0, len(drafts)
+        while i < n:
+            d = drafts[i]
+            j = i + 1
+            while j < n and drafts[j] == d:
+                j += 1
+            if d > 0:
+                out[i:j] = [int(self.rng.binomial(d, a))] if j - i == 1 else self.rng.binomial(d, a, j - i).tolist()
+            i = j
+        return out
+
 
 class EngineCore:
     """The busy loop of one engine core (see the module). ``ranks``: one scheduler per DP rank stepping in
@@ -314,10 +336,9 @@ class EngineCore:
             if spec is None:
                 generated = dict.fromkeys(plan.sampling, 1)
             else:
-                generated = {}
-                for rid in plan.sampling:
-                    extra = 0 if rid in plan.pad_spec else spec.accepted(plan.spec_tokens.get(rid, 0))
-                    generated[rid] = 1 + extra
+                pad, drafts = plan.pad_spec, plan.spec_tokens
+                extra = spec.accepted_many([0 if rid in pad else drafts.get(rid, 0) for rid in plan.sampling])
+                generated = {rid: 1 + e for rid, e in zip(plan.sampling, extra, strict=True)}
             finished = sched.update_from_output(plan, generated)
             if plan.bulk:
                 sched.bulk_delivered(plan, now)
