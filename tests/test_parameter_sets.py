@@ -283,7 +283,7 @@ EXERCISE_ANSWERS: dict[str, tuple[tuple[str, str], ...]] = {
     "state-ex-long": (("state-ex-long-mib", ",.0f"),),
     "memory-ex-utilization": (("memory-ex-utilization-gib", ".2f"),),
     "memory-ex-prose": (("memory-ex-prose-1-requests", ".1f"), ("memory-ex-prose-7-requests", ".1f")),
-    "memory-ex-tp4dp8": (("memory-ex-tp4dp8-requests", ".0f"),),
+    "memory-ex-tp4dp8": (("memory-ex-tp4dp8-requests", ",.0f"),),
     "memory-ex-run5": (("memory-ex-run5-kv-gib", ".1f"),),
     "graphs-ex-1000": (("graphs-ex-1000-FULL_DECODE_ONLY", "d"), ("graphs-ex-1000-FULL_AND_PIECEWISE", "d")),
     "graphs-ex-nomtp": (("graphs-ex-nomtp-without", "d"), ("graphs-ex-nomtp-with", "d")),
