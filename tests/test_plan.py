@@ -24,6 +24,8 @@ from pdtune.plan import (
     PlanSettings,
     Sla,
     candidate_topologies,
+    ceil_to,
+    picks_sentence,
     plan,
     spans_nvlink_domain,
 )
@@ -429,6 +431,10 @@ def test_the_simulation_evaluates_every_reported_row_and_sla_check() -> None:
     pick = p.row(p.picks[0].row)
     assert pick["tps_per_user"] >= 30 and pick["tps_per_user"] == pytest.approx(1000 / pick["tpot_ms_p50"])
     assert p.to_dict()["latency_note"].startswith("pdtune.sim")
+    # the pick's sentence gives the simulated TTFT tail beside the median the ceiling is checked on
+    assert f"TTFT p90 {ceil_to(pick['ttft_ms_p90']):,.0f} ms" in picks_sentence(p, p.picks[0])
+    steady = plan(replace(s, latency_model="steady-state"), [Sla(min_tps_per_user=30)])
+    assert "TTFT p90" not in picks_sentence(steady, steady.picks[0])  # its p90 is its median: nothing to add
 
 
 def test_simulated_rows_run_the_engines_the_recipes_start(monkeypatch: pytest.MonkeyPatch) -> None:
