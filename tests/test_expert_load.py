@@ -58,3 +58,16 @@ def test_the_busiest_rank_lies_between_the_mean_and_a_full_rank(per_rank: int, r
     assert mean - 1e-9 <= busiest <= per_rank + 1e-9
     assert busiest <= busiest_rank(experts, k, tokens + 1, ranks) + 1e-9  # more tokens never read fewer experts
     assert busiest == pytest.approx(_max_by_hand(experts, k, tokens, ranks), rel=1e-7, abs=1e-9)
+
+
+def test_the_binomial_cdf_is_summed_without_underflow() -> None:
+    # F(j) of Binomial(m, p) by hand (math.comb) where the terms are representable, and the edges: a rank of one
+    # expert (F(0) = 1 - p), none (an empty sum), and m p large, where (1 - p)^m alone underflows.
+    from pdtune.perfmodel.expert_load import binomial_cdf
+
+    by_hand = [sum(math.comb(40, i) * 0.3**i * 0.7 ** (40 - i) for i in range(j + 1)) for j in range(40)]
+    assert binomial_cdf(40, 0.3).tolist() == pytest.approx(by_hand, rel=1e-12)
+    assert binomial_cdf(1, 0.25).tolist() == pytest.approx([0.75])
+    assert binomial_cdf(0, 0.5).size == 0
+    tail = binomial_cdf(2000, 0.999)  # P(X <= 1990) = P(at least 10 misses of mean 2): about 4.6e-5
+    assert tail[0] == 0.0 and 0 < tail[1990] < 1e-3 and tail[-1] == pytest.approx(1 - 0.999**2000, rel=1e-9)

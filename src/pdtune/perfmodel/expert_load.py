@@ -51,6 +51,8 @@ def binomial_cdf(m: int, p: float) -> np.ndarray:
     """``F(j)`` of Binomial(m, p) for ``j = 0 .. m-1``, the probabilities summed in log space (no underflow at
     large ``m p``). Written here rather than taken from scipy.stats: importing it costs every ``pdtune`` command
     1.4 s of start-up, and this is all of it pdtune uses."""
+    if m < 1:
+        return np.zeros(0)  # no expert on a rank: the tail sum is empty
     j = np.arange(1, m, dtype=float)
     log_comb = np.concatenate(([0.0], np.cumsum(np.log(m - j + 1) - np.log(j))))  # log C(m, j), j = 0 .. m-1
     k = np.arange(m, dtype=float)
