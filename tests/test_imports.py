@@ -214,4 +214,5 @@ def test_no_command_imports_scipy_until_it_fits() -> None:
              "import pdtune.perfmodel, pdtune.plan, pdtune.sim\n"
              "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
-    assert out.stdout.strip() == "[]", f"pdtune's parsers and models import {out.stdout.strip()[:200]} {out.stderr[-300:]}"
+    found = out.stdout.strip()
+    assert found == "[]", f"pdtune's parsers and models import {found[:200]} {out.stderr[-300:]}"
