@@ -256,7 +256,7 @@ def test_parked_decoders_give_the_same_run(asynchronous: bool, caching: bool | N
 
 def test_numpy_draws_an_array_of_binomials_as_one_call_each() -> None:
     """The premise of pdtune.sim.specrun: Generator.binomial over an array gives the numbers, in row-major order,
-    and leaves the generator where one call per draw (SpecDecode.accepted) would."""
+    and leaves the generator where one call per draw would."""
     for k, a in ((1, 0.7), (3, 0.6), (4, 0.3)):
         one, many = np.random.default_rng(5), np.random.default_rng(5)
         singles = [int(one.binomial(k, a)) for _ in range(600)]
@@ -268,13 +268,21 @@ def test_numpy_draws_an_array_of_binomials_as_one_call_each() -> None:
 @given(drafts=st.lists(st.integers(-1, 4), max_size=40), acceptance=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
        seed=st.integers(0, 3))
 def test_a_steps_draws_at_once_are_the_draws_one_by_one(drafts: list[int], acceptance: float, seed: int) -> None:
-    """SpecDecode.accepted_many (one array draw per stretch of equal draft counts, as EngineCore._finish takes a
-    step's) gives each request what SpecDecode.accepted would, and leaves the generator where it would."""
+    """SpecDecode.accepted (one array draw per stretch of equal draft counts, as EngineCore._finish takes a step's)
+    gives each request what one Binomial(d, A) draw each would, none where d <= 0 or A is 0 or 1, and leaves the
+    generator where those single draws would."""
     from pdtune.sim.engine import SpecDecode
 
-    one, many = SpecDecode(4, acceptance, seed), SpecDecode(4, acceptance, seed)
-    assert many.accepted_many(drafts) == [one.accepted(d) for d in drafts]
-    assert one.rng.random() == many.rng.random()
+    one = np.random.default_rng(seed)
+
+    def single(d: int) -> int:
+        if d <= 0 or acceptance <= 0:
+            return 0
+        return d if acceptance >= 1 else int(one.binomial(d, acceptance))
+
+    many = SpecDecode(4, acceptance, seed)
+    assert many.accepted(drafts) == [single(d) for d in drafts]
+    assert one.random() == many.rng.random()
 
 
 @pytest.mark.parametrize(("topology", "mtp", "clients", "asynchronous", "acceptance", "disagg"),

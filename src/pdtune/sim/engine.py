@@ -80,18 +80,11 @@ class SpecDecode:
         self.rng = np.random.default_rng(seed)
         self.cores = 0  # engine cores drawing from it (pdtune.sim.specrun draws a run's at once only for one)
 
-    def accepted(self, drafts: int) -> int:
-        if drafts <= 0 or self.acceptance <= 0:
-            return 0
-        if self.acceptance >= 1:
-            return drafts
-        return int(self.rng.binomial(drafts, self.acceptance))
-
-    def accepted_many(self, drafts: list[int]) -> list[int]:
-        """:meth:`accepted` of each of ``drafts`` in order, the same numbers: each stretch of equal draft counts is
-        one array draw, which NumPy's generator makes from the same stream as that many single draws
-        (:mod:`pdtune.sim.specrun` relies on it too); a single draw costs about 2 us, most of an MTP step's own
-        work per request."""
+    def accepted(self, drafts: list[int]) -> list[int]:
+        """Accepted drafts of each request of a step, in order, for ``drafts`` proposed each: Binomial(d, A), no
+        draw where ``d <= 0`` or ``A`` is 0 or 1. Each stretch of equal draft counts is one array draw, which
+        NumPy's generator makes from the same stream as that many single draws (:mod:`pdtune.sim.specrun` relies
+        on it too): a single draw costs about 2 us, most of an MTP step's own work per request."""
         a = self.acceptance
         if a <= 0:
             return [0] * len(drafts)
@@ -337,7 +330,7 @@ class EngineCore:
                 generated = dict.fromkeys(plan.sampling, 1)
             else:
                 pad, drafts = plan.pad_spec, plan.spec_tokens
-                extra = spec.accepted_many([0 if rid in pad else drafts.get(rid, 0) for rid in plan.sampling])
+                extra = spec.accepted([0 if rid in pad else drafts.get(rid, 0) for rid in plan.sampling])
                 generated = {rid: 1 + e for rid, e in zip(plan.sampling, extra, strict=True)}
             finished = sched.update_from_output(plan, generated)
             if plan.bulk:
