@@ -158,6 +158,14 @@ def test_summary_runs_and_prints_pages_with_thousands_separators(tmp_path):
     table = text.split("## KV cache and concurrency per decode engine", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[3:-1] for line in table.splitlines() if line.startswith(("| TP8 ", "| DP8+EP "))]
     assert len(rows) == 2 and all(re.fullmatch(r"[\d,]+\.\d\d", c.strip()) for row in rows for c in row), rows
+    # The left-out values counted in words that agree with the count (once "1 parameters are", "1 of them are").
+    carried = "non_torch_gib = 2.9: carried over from the article's setup"
+    record["defaults_used"] = [carried]
+    assert "1 parameter is not in the file; 1 of them is carried over" in to_markdown(record)
+    record["defaults_used"] = [carried, "mtp_acceptance = 0.25: the performance model's assumption"]
+    assert "2 parameters are not in the file; 1 of them is carried over" in to_markdown(record)
+    record["defaults_used"] = [carried, carried.replace("non_torch_gib = 2.9", "activation_peak_gib = 1.83")]
+    assert "2 parameters are not in the file; 2 of them are carried over" in to_markdown(record)
 
 
 def test_plan_exercise_on_a_large_moe_model(tmp_path):

@@ -526,7 +526,7 @@ def _defaults_section(lines: Sequence[str]) -> list[str]:
     article = [line for line in lines if "carried over" in line]
     out = ["## Values your parameters file did not give", "",
            f"{len(lines)} parameter{'s are' if len(lines) != 1 else ' is'} not in the file; {len(article)} of them "
-           "are carried over from the "
+           f"{'is' if len(article) == 1 else 'are'} carried over from the "
            "article's setup (Qwen3.8-2.4T on GB300) and hold for your cluster only if you confirm them. "
            "Give them in the file to replace them.", ""]
     return out + [f"- `{line.split(' = ', 1)[0]}` = {line.split(' = ', 1)[1]}" for line in lines] + [""]
