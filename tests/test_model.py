@@ -90,11 +90,19 @@ def test_llama_is_dense_gqa() -> None:
     assert count_parameters(m).main.total == pytest.approx(70.6e9, rel=0.01)
 
 
-def test_model_named_by_folder_or_file(tmp_path: Path) -> None:
+def test_model_named_by_folder_or_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = load_model("qwen3.8-2.4t").source
     by_file = load_model(src)
     by_folder = load_model(Path(src).parent)
     assert by_file.layer_kinds == by_folder.layer_kinds
+    assert by_file.name == by_folder.name == Path(src).parent.name
+    # A bare "config.json" in the working folder is named for that folder (its relative parent is "", which
+    # left a plan's errors saying "the smallest deployment of  on b200").
+    folder = tmp_path / "my-moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(Path(src).read_text())
+    monkeypatch.chdir(folder)
+    assert load_model("config.json").name == "my-moe"
 
 
 # --- bad input: one clear InputError naming the file and the field ---------------------------------------

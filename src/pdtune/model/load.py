@@ -104,7 +104,9 @@ def load_model(name_or_path: str | Path, *, weights: str = "") -> ModelSpec:
     """
     path = resolve_config_path(name_or_path)
     raw = read_config(path)
-    name = path.parent.name if path.name == "config.json" else path.stem
+    # "config.json" given bare names no folder: the folder it sits in, else the config's own model type
+    name = (path.absolute().parent.name if path.name == "config.json" else path.stem) or str(
+        raw.get("model_type") or "model")
     spec = spec_from_config(raw, source=str(path), name=name)
     if str(weights).strip():
         from pdtune.precision import parse_weights_dtype  # precision builds on this package's specs
