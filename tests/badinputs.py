@@ -731,7 +731,6 @@ def build(root: Path) -> list[Case]:
     for name, plan, key in (("plan-not-a-map", "plan: 16", "plan"), ("plan-max-gpus-1", "plan: {max_gpus: 1}", "plan.max_gpus"),
                             ("plan-max-gpus-text", "plan: {max_gpus: many}", "plan.max_gpus"),
                             ("plan-max-gpus-huge", "plan: {max_gpus: 1e400}", "plan.max_gpus"),
-                            ("plan-budget-too-small", "plan: {max_gpus: 2}", "plan.max_gpus"),
                             ("plan-floor-negative", "plan: {min_tps_per_user: [-5]}", "plan.min_tps_per_user"),
                             ("plan-floor-empty", "plan: {min_tps_per_user: []}", "plan.min_tps_per_user"),
                             ("plan-ttft-nan", "plan: {max_ttft_ms: .nan}", "plan.max_ttft_ms"),
@@ -741,6 +740,12 @@ def build(root: Path) -> list[Case]:
                             ("plan-unknown-key", "plan: {max_gpu: 16}", "plan.max_gpu")):
         add(13, f"workbook-{name}", "workbook", write(p / f"{name}.yaml", f"{head}\n{plan}\n"), "--out", out / "wb",
             names=f"{name}.yaml", field=key)
+    # A budget nothing fits: 2 H200s at half their memory hold no server of Qwen3-Next-80B's 151 GiB of BF16
+    # weights, let alone a prefill/decode pair (at full memory one aggregated TP2 server would fit).
+    half = re.sub(r"^gpu_memory_utilization:.*$", "gpu_memory_utilization: 0.5", head, flags=re.M)
+    add(13, "workbook-plan-budget-too-small", "workbook",
+        write(p / "plan-budget-too-small.yaml", f"{half}\nplan: {{max_gpus: 2}}\n"), "--out", out / "wb",
+        names="plan-budget-too-small.yaml", field="plan.max_gpus")
     write(p / "calibration-gpt-oss.yaml", CALIBRATION)
     for name, line, key in (("draft-unknown", "speculative_model: no-such-draft", "speculative_model"),
                             ("dcp-zero", "decode_context_parallel_size: 0", "decode_context_parallel_size"),

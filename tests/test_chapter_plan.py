@@ -75,3 +75,26 @@ def test_the_chapter_compares_the_serving_modes_and_prints_runnable_serve_lines(
     lines = ch9.serve_lines(ch9.recipe_texts(p, row)["serve"]).splitlines()
     assert lines and all("vllm serve openai/gpt-oss-120b" in line for line in lines)
     assert all(line.startswith("CUDA_VISIBLE_DEVICES=") for line in lines)
+
+
+def test_a_plan_of_aggregated_servers_only_reads_whole() -> None:
+    """Llama-3.1-70B in BF16 (about 141 GB of weights) on 4 H100s: a TP4 server fits, but a prefill/decode pair
+    needs two engines of at least TP4, 8 GPUs. The plan is aggregated rows only (it refused the budget before);
+    every chapter-9 sentence that weighs a disaggregated row says there is none and why, and the tables show
+    no KV transfer for an aggregated row rather than a transfer of 0."""
+    kwargs = dict(model="llama-3.1-70b", gpu="h100", isl=8192, osl=1024, num_speculative_tokens=0,
+                  plan={"max_gpus": 4})
+    p = ch9.timed_plan(ch9.plan_settings(**kwargs), ch9.plan_slas({"min_tps_per_user": [20, 50]})).plan
+    assert set(p.table["mode"]) == {"agg"} and p.no_disagg is not None and "8 GPUs" in p.no_disagg
+    assert ch9.best_disaggregated(p) is None
+    assert ch9.middle_pick(p, disaggregated=True) is None
+    shares = ch9.share_numbers(ch9.link_worked(ch9.article_request_bytes()), None)
+    assert p.no_disagg in ch9.share_sentence(shares, p)
+    assert ch9.largest_share_clause(p).startswith("This plan moves no KV cache")
+    assert "nothing crosses a link" in ch9.transfer_sentence(p)
+    assert len(ch9.transfer_table(p)) == 0
+    assert ch9.picks_frame(p)["kv_transfer_share"].isna().all()
+    assert ch9.frontier_frame(p)["kv_transfer_ms"].isna().all()
+    assert "no disaggregated deployment fits 4 GPUs" in ch9.comparison_sentences(p)
+    assert "0 disaggregated deployments that fit the budget (4 GPUs are fewer" in ch9.search_sentence(
+        ch9.timed_plan(ch9.plan_settings(**kwargs), ch9.plan_slas({"min_tps_per_user": [20]})))

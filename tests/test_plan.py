@@ -305,7 +305,23 @@ def _bad(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> 
 
 
 def test_a_budget_below_the_smallest_deployment(capsys: pytest.CaptureFixture[str]) -> None:
-    _bad([*BASE, "--max-gpus", "8"], capsys, "8 GPUs are fewer than the smallest deployment", "16 GPUs")
+    # DeepSeek-V3's FP8 weights (about 671 GB) need 8 GB200s per engine, so a pair needs 16; below that only
+    # aggregated serving is left, and with it turned off (or below one 8-GPU server) the budget is refused.
+    _bad([*BASE, "--max-gpus", "8", "--no-aggregated"], capsys,
+         "8 GPUs are fewer than the smallest disaggregated deployment", "16 GPUs")
+    _bad([*BASE, "--max-gpus", "4"], capsys, "4 GPUs are fewer than the smallest disaggregated deployment",
+         "no aggregated server fits them either")
+
+
+def test_a_budget_only_one_aggregated_server_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    """8 GB200s hold one DeepSeek-V3 server but no prefill/decode pair: the plan is aggregated serving only, and
+    says why no disaggregated row exists (it refused the budget outright before)."""
+    assert main([*BASE, "--max-gpus", "8", "--min-tps-per-user", "20", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {r["mode"] for r in plan["rows"]} == {"agg"} and all(r["gpus_total"] == 8 for r in plan["rows"])
+    assert plan["picks"][0]["met"] and plan["comparisons"][0]["disagg_row"] is None
+    assert plan["comparisons"][0]["sentence"].endswith("no disaggregated deployment fits 8 GPUs.")
+    assert "smallest disaggregated deployment" in plan["no_disagg"]
 
 
 def test_an_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
@@ -467,7 +483,7 @@ def test_a_simulated_row_runs_the_measured_run_sa_bench_starts() -> None:
     send 80 prompts of exactly the plan's lengths, all eight at once first. The warm-up run is left out because
     nothing of it stays in the engines: the same run with it simulated gives the same statistics (to rounding: the
     measured run starts later on the clock), but for the steps counted."""
-    from tests.test_sim_run import EFF, small_engine
+    from test_sim_run import EFF, small_engine
 
     from pdtune.plan.evaluate import SIM_ROUNDS, sim_workload
     from pdtune.sim import SimConfig, closed_loop, simulate
@@ -523,12 +539,14 @@ KIMI_LIKE = Path(__file__).resolve().parent / "fixtures" / "models" / "kimi-k2-l
 
 @pytest.mark.slow
 def test_weights_say_what_the_config_does_not(capsys: pytest.CaptureFixture[str]) -> None:
-    """A Kimi-K2-like config says bfloat16: no deployment fits 16 B200s. With its FP8 weights (--weights fp8) the
-    plan fits one TEP8 per pool, and its model line says so."""
+    """A Kimi-K2-like config says bfloat16: no prefill/decode pair fits 16 B200s (about 2 TB of weights per
+    engine), only one aggregated server over both nodes. With its FP8 weights (--weights fp8) the plan fits one
+    TEP8 per pool, and its model line says so."""
     argv = ["plan", str(KIMI_LIKE), "--gpu", "b200", "--max-gpus", "16", "--isl", "8192", "--osl", "1024",
             "--min-tps-per-user", "20"]
-    assert main(argv) == 2
-    assert "fewer than the smallest deployment" in capsys.readouterr().err
+    assert main([*argv, "--json"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert {r["mode"] for r in bf16["rows"]} == {"agg"} and "32 GPUs" in bf16["no_disagg"]
     assert main([*argv, "--weights", "fp8", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["model"]["precision"] == "fp8+fp8-experts"

@@ -61,6 +61,26 @@ def test_workbook_writes_the_plan_and_the_summary_names_picks_and_recipes(tmp_pa
         assert all(f"--{k}" in flags for k in recipe["backend"]["vllm_config"][role])
 
 
+def test_a_budget_only_an_aggregated_server_fits_plans_it(tmp_path: Path) -> None:
+    """Llama-3.1-70B in BF16 on 4 H100s: one TP4 server fits, no prefill/decode pair (8 GPUs at least). The
+    workbook plans aggregated serving, writes its recipe, and its summary says why no pair is there and gives
+    no KV-transfer share for an aggregated pick."""
+    params = write_params(tmp_path / "params", model="llama-3.1-70b", gpu="h100", num_speculative_tokens=0,
+                          prefill_topologies=["TP4"], decode_topologies=["TP4"],
+                          plan={"max_gpus": 4, "min_tps_per_user": [20], "recipes": True})
+    out = tmp_path / "out"
+    assert main(["workbook", str(params), "--out", str(out), "--book", str(_book(tmp_path / "book")),
+                 "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))["plan"]
+    [pick] = summary["picks"]
+    assert pick["met"] and pick["mode"] == "agg" and pick["deployment"] == "1xTP4"
+    recipe = yaml.safe_load((out / next(f for f in pick["recipes"] if f.endswith(".yaml"))).read_text())
+    assert recipe["resources"]["agg_workers"] == 1 and recipe["resources"]["gpus_per_agg"] == 4
+    markdown = (out / "summary.md").read_text(encoding="utf-8")
+    assert "0 rate-matched disaggregated deployments (4 GPUs are fewer than the smallest" in markdown
+    assert "KV transfer)" not in markdown and "no disaggregated deployment fits 4 GPUs" in markdown
+
+
 def test_the_workbook_plan_is_pdtune_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The same question on the command line gives the same picks."""
     params = load_parameters(write_params(tmp_path / "params", plan=FAST_PLAN))
@@ -79,12 +99,12 @@ def test_the_workbook_plan_is_pdtune_plans(tmp_path: Path, capsys: pytest.Captur
 def test_a_budget_nothing_fits_is_refused_before_anything_runs(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     params = write_params(tmp_path / "params", model="qwen3-235b-a22b", num_speculative_tokens=0,
-                          prefill_topologies=["TP8"], decode_topologies=["TP8"], plan={"max_gpus": 4})
+                          prefill_topologies=["TP8"], decode_topologies=["TP8"], plan={"max_gpus": 2})
     out = tmp_path / "out"
     assert main(["workbook", str(params), "--out", str(out), "--book", str(_book(tmp_path / "book")),
                  "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(params) in err[0] and ": plan.max_gpus:" in err[0] and "smallest deployment" in err[0]
+    assert len(err) == 1 and str(params) in err[0] and ": plan.max_gpus:" in err[0] and "smallest disaggregated deployment" in err[0]
     assert not out.exists()
 
 

@@ -53,8 +53,9 @@ def search_sentence(planned: Planned) -> str:
              else f"{p.prefill_gpu.name} (prefill) and {p.decode_gpu.name} (decode)")
     return (f"On at most {n['max-gpus']} {pools} GPUs, {p.spec.name} admits {n['prefill']} prefill and "
             f"{n['decode']} decode candidates ({n['rejected']} layouts rejected, {n['pruned']} beaten by another "
-            f"of the same size); rate matching gives {n['rows']:,} deployments that fit the budget, "
-            f"{n['frontier']} of them on the frontier, in {n['seconds']:.1f} s of search on this machine.")
+            f"of the same size); rate matching gives {n['rows']:,} disaggregated deployments that fit the budget"
+            f"{f' ({p.no_disagg})' if p.no_disagg else ''}, {n['frontier']} rows of either mode on the frontier, "
+            f"in {n['seconds']:.1f} s of search on this machine.")
 
 
 PICK_COLUMNS = ["sla", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user",
@@ -71,15 +72,19 @@ def picks_frame(p: Plan) -> pd.DataFrame:
         k = pick.row if pick.met else pick.closest_row
         r = p.row(k)  # type: ignore[arg-type]
         text = pick.sla.describe().replace(" tokens/s per user", " tok/s/user")
-        rows.append({"sla": text + ("" if pick.met else " (closest)"),
-                     **{c: r[c] for c in PICK_COLUMNS[1:]}})
+        row = {"sla": text + ("" if pick.met else " (closest)"), **{c: r[c] for c in PICK_COLUMNS[1:]}}
+        if r["mode"] == "agg":  # an aggregated server moves no KV cache: no share, not a share of 0
+            row["kv_transfer_share"] = None
+        rows.append(row)
     return pd.DataFrame(rows, columns=PICK_COLUMNS)
 
 
 def frontier_frame(p: Plan) -> pd.DataFrame:
     cols = ["row", "mode", "deployment", "gpus_total", "concurrency", "tps_per_gpu", "tps_per_user", "ttft_ms_p50",
             "kv_transfer_ms", "picked_for"]
-    return p.frontier[cols].reset_index(drop=True)
+    frame = p.frontier[cols].reset_index(drop=True)
+    frame.loc[frame["mode"] == "agg", "kv_transfer_ms"] = float("nan")  # no transfer, shown as missing
+    return frame
 
 
 def pick_sentences(p: Plan) -> str:
@@ -134,10 +139,13 @@ def dense_plan(common: dict[str, Any]) -> Planned:
     return timed_plan(plan_settings(**kwargs, max_gpus=DENSE_BUDGET), plan_slas(plan))
 
 
-def best_disaggregated(p: Plan) -> dict[str, Any]:
+def best_disaggregated(p: Plan) -> dict[str, Any] | None:
     """The disaggregated row of the plan's table with the most tokens/s per GPU, with the GPUs of one engine of
-    each side (``gpus_per_prefill``, ``gpus_per_decode``)."""
+    each side (``gpus_per_prefill``, ``gpus_per_decode``); None when the plan has none (no pair fits its
+    budget: ``p.no_disagg`` says why)."""
     dis = p.table[p.table["mode"] == "disagg"].sort_values("tps_per_gpu", ascending=False, kind="stable")
+    if not len(dis):
+        return None
     r = p.row(int(dis["row"].iloc[0]))
     return {**r, "gpus_per_prefill": int(r["gpus_prefill"]) // int(r["n_prefill_workers"]),
             "gpus_per_decode": int(r["gpus_decode"]) // int(r["n_decode_workers"])}
@@ -173,11 +181,22 @@ def dense_request_bytes(isl: int, osl: int, kv_cache_dtype: str) -> int:
 
 def largest_share(p: Plan) -> dict[str, Any]:
     """The disaggregated row of the plan whose KV transfer takes the largest share of its TTFT: the share, the
-    link it crosses (in words) and the row's deployment."""
+    link it crosses (in words) and the row's deployment; the share NaN when the plan has no such row."""
     t = p.table[p.table["mode"] == "disagg"]
+    if not len(t):
+        return {"share": float("nan"), "link": "", "deployment": "", "ms": float("nan")}
     r = t.loc[t["kv_transfer_share"].idxmax()]
     return {"share": float(r["kv_transfer_share"]), "link": LINK_WORDS[r["kv_link"]],
             "deployment": r["deployment"], "ms": float(r["kv_transfer_ms"])}
+
+
+def largest_share_clause(p: Plan) -> str:
+    """The transfer takeaway's first clause: the largest share :func:`largest_share` finds, or why there is none."""
+    big = largest_share(p)
+    if not big["deployment"]:
+        return f"This plan moves no KV cache: it has no disaggregated row ({p.no_disagg or 'none is on its table'})"
+    return (f"In this plan the transfer takes at most {big['share']:.1%} of a row's TTFT (its {big['deployment']}, "
+            f"over {big['link']})")
 
 
 def link_worked(n_bytes: int) -> dict[str, Any]:
@@ -202,6 +221,16 @@ def share_numbers(worked: dict[str, Any], row: dict[str, Any] | None) -> dict[st
             "nic-share": worked["nic-ms"] / (base + worked["nic-ms"])}
 
 
+def share_sentence(shares: dict[str, Any], p: Plan) -> str:
+    """The article's request beside this plan's prefill time (:func:`share_numbers`), or why there is none."""
+    if "deployment" not in shares:
+        why = p.no_disagg or "its middle floor is met by aggregated serving only"
+        return f"This plan has no disaggregated row for its middle floor to set them beside ({why})."
+    return (f"Beside the modeled prefill time of this plan's best disaggregated row for its middle floor, "
+            f"{shares['prefill-ms']:,.0f} ms, that is {shares['nvlink-share']:.1%} of TTFT over NVLink and "
+            f"{shares['nic-share']:.1%} over the NIC.")
+
+
 #: The link a row's KV cache crosses (``kv_link``), in words.
 LINK_WORDS = {NVLINK: "NVLink", SCALE_OUT: "the scale-out network"}
 
@@ -214,6 +243,9 @@ def transfer_table(p: Plan) -> pd.DataFrame:
 
 def transfer_sentence(p: Plan) -> str:
     t = p.table[p.table["mode"] == "disagg"]
+    if not len(t):
+        return ("All of this plan's rows are aggregated servers, which keep each request's KV cache on the engine "
+                "that wrote it: nothing crosses a link.")
     lo, hi = float(t["kv_transfer_share"].min()), float(t["kv_transfer_share"].max())
     links = " and ".join(LINK_WORDS[k] for k in sorted(set(t["kv_link"])))
     return (f"In this plan the transfer takes {t['kv_transfer_ms'].min():.2f} to {t['kv_transfer_ms'].max():.2f} ms "

@@ -25,6 +25,7 @@ class PlanView(Protocol):
 
     settings: PlanSettings
     ceiling: TtftCeiling | None
+    no_disagg: str | None  # why no disaggregated row exists at all (the budget's refusal), else None
 
     def row(self, k: int) -> dict[str, Any]: ...
 
@@ -350,8 +351,9 @@ def comparison_sentence(p: PlanView, pick: Pick) -> str:
     if pick.best_agg is None or pick.best_disagg is None:
         only, other = ("agg", "disagg") if pick.best_agg is not None else ("disagg", "agg")
         r = p.row(pick.best_agg if only == "agg" else pick.best_disagg)  # type: ignore[arg-type]
+        none = (f"fits {p.settings.max_gpus} GPUs" if only == "agg" and p.no_disagg else "does")
         return (f"{what}: only {MODE_WORDS[only]} serving meets it ({r['deployment']}, row {r['row']}, "
-                f"{r['tps_per_gpu']:,.0f} tokens/s per GPU); no {MODE_WORDS[other]} deployment does.")
+                f"{r['tps_per_gpu']:,.0f} tokens/s per GPU); no {MODE_WORDS[other]} deployment {none}.")
     a, d = p.row(pick.best_agg), p.row(pick.best_disagg)
     ceiling = p.ceiling.ms if p.ceiling is not None else math.inf
     a_in, d_in = a["ttft_ms_p50"] <= ceiling, d["ttft_ms_p50"] <= ceiling

@@ -91,6 +91,7 @@ class Plan:
     ceiling: TtftCeiling | None = None  # the TTFT a pick should stay under, and where it comes from
     latency_model: str = LATENCY_MODEL  # what the reported rows' latencies come from
     model_id: str | None = None  # the model's Hub id (config _name_or_path, or the bundled model's)
+    no_disagg: str | None = None  # why the plan has no disaggregated row (the budget's refusal), else None
 
     @property
     def frontier(self) -> pd.DataFrame:
@@ -148,7 +149,10 @@ class Plan:
         time, share of TTFT."""
         cols = ["prefill_topology", "decode_topology", "mtp_tokens", "kv_link", "kv_mib_per_request",
                 "kv_transfer_ms", "prefill_block_tokens", "decode_block_tokens", "block_size_to_set"]
-        frame = self.table.loc[self.table["mode"] == "disagg", cols + ["kv_transfer_share"]]
+        dis = self.table["mode"] == "disagg"
+        if not dis.any():  # aggregated rows only: they have none of these columns
+            return pd.DataFrame(columns=cols + ["share_of_ttft_min", "share_of_ttft_max"])
+        frame = self.table.loc[dis, cols + ["kv_transfer_share"]]
         return (frame.groupby(cols, dropna=False, sort=False)["kv_transfer_share"]
                 .agg(["min", "max"]).rename(columns={"min": "share_of_ttft_min", "max": "share_of_ttft_max"})
                 .reset_index())
@@ -226,6 +230,7 @@ class Plan:
             "ttft_ceiling": self.ceiling.to_dict() if self.ceiling is not None else None,
             "warnings": self.warnings(),
             "comparisons": [self.comparison(p) for p in self.picks],
+            "no_disagg": self.no_disagg,  # why no disaggregated row exists, when none does
             "modeled_note": ("rows built on modeled sweeps are predictions of pdtune.perfmodel (a roofline "
                              "model), not measurements") if self.modeled else "",
             "settings": settings,
@@ -301,14 +306,25 @@ def plan(
         # Decode pruning can drop a slower sweep whose lower rate would let a lighter prefill point meet a TTFT
         # limit; with a TTFT limit every decode sweep stays.
         prune_sweeps(pools["decode"], "decode", s.osl)
-    _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
-    rows, space, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    try:
+        _check_budget(spec, s, pools, prefill_gpu, decode_gpu)
+        budget_error = None
+    except InputError as e:
+        # No disaggregated pair fits the budget; one aggregated server may (a model that fills one node): the
+        # error stands only if none does.
+        if not (s.aggregated and e.field == "max_gpus"):
+            raise
+        budget_error = e
+    disagg, space, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
+    if disagg is None and budget_error is None:
+        budget_error = InputError("--max-gpus", "max_gpus", f"no rate-matched deployment of at most {s.max_gpus} "
+                                  "GPUs is feasible (KV room or link limits)")
     counts = dict(space.stairs.counts)
     agg_rejected: list[Rejected] = []
     agg_layouts = agg_dropped = 0
+    parts = [] if disagg is None else [disagg]
     if s.aggregated:
         kinds = [("prefill", prefill_gpu)] + ([("decode", decode_gpu)] if s.mixed else [])
-        parts = [rows]
         for role, gpu in kinds:
             pool = aggregated_pool(spec, gpu, s, factors[role].efficiency)
             parts += pool.rows
@@ -316,10 +332,16 @@ def plan(
             agg_layouts += len(pool.layouts)
             agg_dropped += pool.dropped_above_room
             unloaded = min(unloaded, pool.unloaded_ttft_ms)
-        rows = pd.concat(parts, ignore_index=True)
-        # the staircase counted the disaggregated rows; the aggregated ones are all here
-        agg = rows["mode"].astype(str) == "agg"
-        counts["rows_network_charged"] += int(rows.loc[agg, "network_charged"].astype(bool).sum())
+    if not parts:
+        assert budget_error is not None
+        if not s.aggregated:
+            raise budget_error
+        raise InputError(budget_error.source, budget_error.field,
+                         f"{budget_error.message}; no aggregated server fits them either")
+    rows = pd.concat(parts, ignore_index=True)
+    # the staircase counted the disaggregated rows; the aggregated ones are all here
+    agg = rows["mode"].astype(str) == "agg"
+    counts["rows_network_charged"] += int(rows.loc[agg, "network_charged"].astype(bool).sum())
     rows["mode"] = rows["mode"].astype(str)
     for col in _COUNT_COLUMNS:  # whole numbers, absent (NA) where a mode has none
         if col in rows.columns:
@@ -350,7 +372,8 @@ def plan(
                 tuple(pools["prefill"].candidates + pools["decode"].candidates),
                 tuple(pools["prefill"].rejected + pools["decode"].rejected + agg_rejected),
                 tuple(pools["prefill"].pruned + pools["decode"].pruned), rows, table, tuple(picks), counts,
-                transfers, factors, p90, ceiling, evaluator.name, _model_id(spec))
+                transfers, factors, p90, ceiling, evaluator.name, _model_id(spec),
+                budget_error.message if budget_error is not None else None)
 
 
 #: Counts one serving mode has and the other has not: nullable integers in the rows.
@@ -404,7 +427,7 @@ def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], pref
                          "request")
     label, gpus = smallest
     raise InputError("--max-gpus", "max_gpus",
-                     f"{s.max_gpus} GPUs are fewer than the smallest deployment of {where}: {label} "
+                     f"{s.max_gpus} GPUs are fewer than the smallest disaggregated deployment of {where}: {label} "
                      f"needs {gpus} GPUs")
 
 
@@ -493,10 +516,7 @@ def _match(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], prefill_gpu
             if len(finished):
                 space.remember(pairs, finished, pair_of[finished.index.to_numpy()])
                 parts.append(finished)
-    if not parts:
-        raise InputError("--max-gpus", "max_gpus",
-                         f"no rate-matched deployment of at most {n} GPUs is feasible (KV room or link limits)")
-    rows = pd.concat(parts, ignore_index=True)
+    rows = pd.concat(parts, ignore_index=True) if parts else None
     summary = {f"{p} -> {d}{'+MTP' + str(k) if k else ''} over {scope}": t.to_dict()
                for (p, d, k, scope), t in sorted(transfers.items())}
     return rows, space, summary

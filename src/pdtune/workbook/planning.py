@@ -214,5 +214,5 @@ def plan_summary(planned: Planned) -> dict[str, Any]:
         "feasible_rows": p.counts["feasible_rows"], "factors": {r: f.source for r, f in p.factors.items()},
         "picks": picks, "recipes": [], "warnings": p.warnings(),
         "ttft_ceiling": p.ceiling.to_dict() if p.ceiling is not None else None,
-        "latency_model": p.latency_model,
+        "latency_model": p.latency_model, "no_disagg": p.no_disagg,
     }

@@ -499,7 +499,8 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
     lines = ["", "## Plan", "",
              f"{_tag(plan['modeled'])}: `pdtune plan` of {plan['model']} on {pools}, at most {plan['max_gpus']} GPUs, "
              f"ISL/OSL {plan['isl']}/{plan['osl']}, vLLM {plan['vllm']}: {c['prefill']} prefill and {c['decode']} "
-             f"decode candidates, {_num(plan['feasible_rows'])} rate-matched deployments, searched in "
+             f"decode candidates, {_num(plan['feasible_rows'])} rate-matched disaggregated deployments"
+             f"{' (' + plan['no_disagg'] + ')' if plan.get('no_disagg') else ''}, searched in "
              f"{plan['seconds']:.1f} s. Written to `{plan['file']}` (what `pdtune recipe` reads).", ""]
     for pick in plan["picks"]:
         if pick["met"]:
@@ -507,8 +508,9 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
             lines.append(f"- SLA {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
                          f"GPUs at concurrency {pick['concurrency']}: {_num(pick['tps_per_gpu'])} tok/s per GPU, "
                          f"{_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user, TTFT "
-                         f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms "
-                         f"({pick['kv_transfer_share']:.1%} KV transfer); recipes: {files}")
+                         f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms"
+                         + (f" ({pick['kv_transfer_share']:.1%} KV transfer)" if pick.get("mode") != "agg" else "")
+                         + f"; recipes: {files}")
             if pick.get("comparison"):
                 # it opens on the SLA (">= 20 tokens/s ..."): escaped, or Markdown reads a blockquote
                 lines.append("  " + re.sub(r"^>", r"\\>", pick["comparison"]))
