@@ -310,7 +310,7 @@ def test_a_budget_below_the_smallest_deployment(capsys: pytest.CaptureFixture[st
     _bad([*BASE, "--max-gpus", "8", "--no-aggregated"], capsys,
          "8 GPUs are fewer than the smallest disaggregated deployment", "16 GPUs")
     _bad([*BASE, "--max-gpus", "4"], capsys, "4 GPUs are fewer than the smallest disaggregated deployment",
-         "no aggregated server fits them either")
+         "no aggregated server fits 4 GPUs either")
 
 
 def test_a_budget_only_one_aggregated_server_fits(capsys: pytest.CaptureFixture[str]) -> None:

@@ -337,7 +337,7 @@ def plan(
         if not s.aggregated:
             raise budget_error
         raise InputError(budget_error.source, budget_error.field,
-                         f"{budget_error.message}; no aggregated server fits them either")
+                         f"{budget_error.message}; no aggregated server fits {s.max_gpus} GPUs either")
     rows = pd.concat(parts, ignore_index=True)
     # the staircase counted the disaggregated rows; the aggregated ones are all here
     agg = rows["mode"].astype(str) == "agg"
