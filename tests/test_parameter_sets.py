@@ -128,6 +128,25 @@ def _tables(run: ChapterRun) -> list[tuple[str, Any]]:
     return [(c, t) for c in CHAPTERS for t in run.page(c).select("article.bd-article table")]
 
 
+#: A worked number a cell prints bare (its last expression): more than four digits after the point is float noise,
+#: not a value a reader can use ("114.63902770914137" where vLLM itself logs two decimals).
+NOISY_FLOAT = re.compile(r"\d\.\d{5,}")
+
+
+@pytest.mark.parametrize("name", each(*SETS))
+def test_no_cell_prints_a_number_with_spurious_digits(runs: Runs, name: str) -> None:
+    noisy = []
+    for chapter, notebook in runs[name].notebooks.items():
+        for cell in notebook.cells:
+            for output in cell.get("outputs", []):
+                data = output.get("data", {})
+                text = output.get("text", "") if output.get("output_type") == "stream" else (
+                    "" if "text/html" in data else data.get("text/plain", ""))
+                text = "".join(text) if isinstance(text, list) else text
+                noisy += [f"{chapter}: {m}" for m in NOISY_FLOAT.findall(text)]
+    assert noisy == [], f"{name}: bare numbers with float noise: {noisy}"
+
+
 #: Headers that are code names on purpose (a vLLM flag, its graph modes); every other header is in words.
 CODE_HEADERS = re.compile(r"gpu_memory_utilization|FULL_AND_PIECEWISE|FULL_DECODE_ONLY")
 
