@@ -152,13 +152,17 @@ CODE_HEADERS = re.compile(r"gpu_memory_utilization|FULL_AND_PIECEWISE|FULL_DECOD
 
 
 @pytest.mark.parametrize("name", each(*HTML_SETS))
-def test_no_page_shows_an_empty_table_or_a_snake_case_header(runs: Runs, name: str) -> None:
+def test_no_page_shows_an_empty_table_a_snake_case_header_or_scientific_notation(runs: Runs, name: str) -> None:
     tables = _tables(runs[name])
     empty = [chapter for chapter, table in tables if not [tr for tr in table.select("tbody tr") if tr.find("td")]]
     assert empty == [], f"{name}: empty tables in {empty}"
     snake = {th.get_text(" ", strip=True) for _, table in tables for th in table.select("thead th")
              if "_" in CODE_HEADERS.sub("", th.get_text())}
     assert snake == set(), f"{name}: headers not in words: {sorted(snake)}"
+    # a value in scientific notation ("3e-05" for a 30 us overhead) is not one a reader takes in
+    sci = {f"{chapter}: {td.get_text(strip=True)}" for chapter, table in tables for td in table.select("td")
+           if re.fullmatch(r"-?\d+(\.\d+)?e[-+]?\d+", td.get_text(strip=True))}
+    assert sci == set(), f"{name}: cells in scientific notation: {sorted(sci)}"
 
 
 MTP_MARKS = re.compile(r"\+\s?MTP|MTP \d|with MTP\b")

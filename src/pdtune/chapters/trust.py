@@ -132,9 +132,16 @@ def prior_table() -> pd.DataFrame:
     the source (empty for the factors the fit does not pull)."""
     from pdtune.perfmodel.prior import PRIOR_VALUES
 
-    return pd.DataFrame([{"factor": name, "value": f"{p.value:.3g}",
+    return pd.DataFrame([{"factor": name, "value": _prior_value(name, p.value),
                           "match": p.confidence or "none: set by hand", "source": p.source or "none found",
                           "what it rests on": p.numbers} for name, p in PRIOR_VALUES.items()])
+
+
+def _prior_value(name: str, value: float) -> str:
+    """A factor's value as a reader takes it in: a time (``*_s``) in us or ms, not "3e-05"; a share to 3 digits."""
+    if not name.endswith("_s"):
+        return f"{value:.3g}"
+    return f"{value * 1e6:,.3g} us" if value < 1e-3 else f"{value * 1e3:,.3g} ms"
 
 
 def worked_row(card: Scorecard) -> dict[str, Any]:
