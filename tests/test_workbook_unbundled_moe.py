@@ -17,6 +17,7 @@ import pytest
 
 from pdtune.capacity import article_request, capacity_by_version, topology_capacity
 from pdtune.chapters import state as ch1
+from pdtune.chapters.display import defaults_note
 from pdtune.chapters.state_text import model_line, recurrent_sentence, request_sentence
 from pdtune.errors import InputError
 from pdtune.memory import weights_per_gpu
@@ -160,12 +161,27 @@ def test_summary_runs_and_prints_pages_with_thousands_separators(tmp_path):
     assert len(rows) == 2 and all(re.fullmatch(r"[\d,]+\.\d\d", c.strip()) for row in rows for c in row), rows
     # The left-out values counted in words that agree with the count (once "1 parameters are", "1 of them are").
     carried = "non_torch_gib = 2.9: carried over from the article's setup"
+    own = "mtp_acceptance = 0.25: the performance model's assumption"
     record["defaults_used"] = [carried]
-    assert "1 parameter is not in the file; 1 of them is carried over" in to_markdown(record)
-    record["defaults_used"] = [carried, "mtp_acceptance = 0.25: the performance model's assumption"]
+    assert "1 parameter is not in the file; it is carried over" in to_markdown(record)
+    assert "only if you confirm it. Give it in the file to replace it." in to_markdown(record)
+    record["defaults_used"] = [carried, own]
     assert "2 parameters are not in the file; 1 of them is carried over" in to_markdown(record)
+    assert "holds for your cluster only if you confirm it. Give them" in to_markdown(record)
     record["defaults_used"] = [carried, carried.replace("non_torch_gib = 2.9", "activation_peak_gib = 1.83")]
-    assert "2 parameters are not in the file; 2 of them are carried over" in to_markdown(record)
+    assert "2 parameters are not in the file; all are carried over" in to_markdown(record)
+    record["defaults_used"] = [own]
+    assert "1 parameter is not in the file; none is carried over from the article's setup (" in to_markdown(record)
+    # and a chapter's note of the values it uses the same way (chapter 2 uses both memory overheads)
+    peak = carried.replace("non_torch_gib = 2.9", "activation_peak_gib = 1.83")
+    title = {k: defaults_note(v, "02_memory").text.splitlines()[0] for k, v in (
+        ("none", ["non_torch_gib = 2.9: from your cluster's log"]), ("one", [carried]), ("all", [carried, peak]),
+        ("some", [carried, "activation_peak_gib = 1.83: from your cluster's log"]))}
+    assert title == {"none": "Not from your parameters file: 1 value, none carried over from the article's setup:",
+                     "one": "Not from your parameters file: 1 value, carried over from the article's setup:",
+                     "all": "Not from your parameters file: 2 values, all carried over from the article's setup:",
+                     "some": "Not from your parameters file: 2 values, 1 of them carried over from the article's "
+                             "setup:"}
 
 
 def test_plan_exercise_on_a_large_moe_model(tmp_path):

@@ -464,7 +464,7 @@ def fill_defaults(scenario: Scenario, given: set[str] | frozenset[str], source: 
         elif name.endswith("_results") and (other_model or other_gpu):
             value, origin = (), "derived"
             why = (f"the article's modeled sweeps are of its Qwen3.8-2.4T on GB300, not of {spec.name} on "
-                   f"{scenario.gpu}, so none is carried over")
+                   f"{scenario.gpu}, so the chapters start from none")  # not "carried over": that is the article's
         if value != getattr(scenario, name):
             changes[name] = value
         used.append(DefaultUsed(name, value, origin, why))

@@ -253,8 +253,10 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
     if not mine:
         return None
     carried = sum("carried over" in line for line in mine)
-    title = (f"Not from your parameters file: {len(mine)} value{'s' if len(mine) != 1 else ''}, {carried} of them "
-             "carried over from the article's setup")
+    n = len(mine)
+    share = ("none" if carried == 0 else ("all" if n > 1 else "") if carried == n else f"{carried} of them")
+    title = (f"Not from your parameters file: {n} value{'s' if n != 1 else ''}, "
+             f"{share + ' ' if share else ''}carried over from the article's setup")
     items = "".join(f"<li><code>{html.escape(default_name(line))}</code> = "
                     f"{code_spans(line.split(' = ', 1)[1])}</li>" for line in mine)
     markup = (f'<div class="admonition attention pdtune-defaults"><p class="admonition-title">'

@@ -525,12 +525,18 @@ def _defaults_section(lines: Sequence[str]) -> list[str]:
     """Every parameter the file left out, and where its value comes from (nothing is inherited silently)."""
     if not lines:
         return []
-    article = [line for line in lines if "carried over" in line]
+    n, k = len(lines), sum("carried over" in line for line in lines)
+    setup = "carried over from the article's setup (Qwen3.8-2.4T on GB300)"
+    if k == 0:
+        carried = f"none is {setup}."
+    else:
+        who = "it is" if n == 1 else "all are" if k == n else f"{k} of them {'is' if k == 1 else 'are'}"
+        carried = (f"{who} {setup} and hold{'s' if k == 1 else ''} for your cluster only if you confirm "
+                   f"{'it' if k == 1 else 'them'}.")
+    it = "it" if n == 1 else "them"
     out = ["## Values your parameters file did not give", "",
-           f"{len(lines)} parameter{'s are' if len(lines) != 1 else ' is'} not in the file; {len(article)} of them "
-           f"{'is' if len(article) == 1 else 'are'} carried over from the "
-           "article's setup (Qwen3.8-2.4T on GB300) and hold for your cluster only if you confirm them. "
-           "Give them in the file to replace them.", ""]
+           f"{n} parameter{'s are' if n != 1 else ' is'} not in the file; {carried} Give {it} in the file to "
+           f"replace {it}.", ""]
     return out + [f"- `{line.split(' = ', 1)[0]}` = {line.split(' = ', 1)[1]}" for line in lines] + [""]
 
 
