@@ -10,6 +10,7 @@ way ``pdtune state`` counts them; ``calibration`` gives the plan its factors. Ba
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -79,6 +80,10 @@ def test_a_budget_only_an_aggregated_server_fits_plans_it(tmp_path: Path) -> Non
     markdown = (out / "summary.md").read_text(encoding="utf-8")
     assert "0 rate-matched disaggregated deployments (4 GPUs are fewer than the smallest" in markdown
     assert "KV transfer)" not in markdown and "no disaggregated deployment fits 4 GPUs" in markdown
+    # whole tokens/s per GPU as the comparison sentence gives them, tokens/s per user to one decimal (a whole
+    # 25.0 printed "25" beside "62.2")
+    line = next(ln for ln in markdown.splitlines() if ln.startswith("- SLA >= 20"))
+    assert re.search(r"concurrency \d+: [\d,]+ tok/s per GPU, [\d,]+\.\d tok/s per user, TTFT [\d,]+ ms;", line), line
 
 
 def test_the_workbook_plan_is_pdtune_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -463,15 +463,15 @@ def to_markdown(summary: dict[str, Any], chapters: Sequence[dict[str, Any]] = ()
             p = front[key]
             if p:
                 lines.append(f"- {name}: **{p['deployment']}** at concurrency {_num(p['concurrency'])}: "
-                             f"{_num(p['tps_per_gpu'])} total tok/s per GPU (all GPUs), "
-                             f"{_num(p['tps_per_user'])} output tok/s per user (1000 / median TPOT)")
+                             f"{p['tps_per_gpu']:,.0f} total tok/s per GPU (all GPUs), "
+                             f"{_fixed(p['tps_per_user'], 1)} output tok/s per user (1000 / median TPOT)")
         sla = front["sla"]
         if sla["met"]:
             lines.append(f"- SLA ≥ {sla['minimum']:g} tok/s per user: **{sla['deployment']}** at concurrency "
-                         f"{_num(sla['concurrency'])}, {_num(sla['tps_per_gpu'])} tok/s per GPU")
+                         f"{_num(sla['concurrency'])}, {sla['tps_per_gpu']:,.0f} tok/s per GPU")
         else:
             lines.append(f"- SLA ≥ {sla['minimum']:g} tok/s per user: no point meets it (the best reaches "
-                         f"{_num(sla['best_available'])})")
+                         f"{_fixed(sla['best_available'], 1)} tok/s per user)")
         lines += ["", f"Same figures: `{front['command']}`"]
     lines += _plan_section(s.get("plan"))
     if chapters:
@@ -506,8 +506,8 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
         if pick["met"]:
             files = ", ".join(f"`{r}`" for r in pick.get("recipes") or []) or "none written (`plan.recipes: false`)"
             lines.append(f"- SLA {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
-                         f"GPUs at concurrency {pick['concurrency']}: {_num(pick['tps_per_gpu'])} tok/s per GPU, "
-                         f"{_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user, TTFT "
+                         f"GPUs at concurrency {pick['concurrency']}: {pick['tps_per_gpu']:,.0f} tok/s per GPU, "
+                         f"{_fixed(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10, 1)} tok/s per user, TTFT "
                          f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms"
                          + (f" ({pick['kv_transfer_share']:.1%} KV transfer)" if pick.get("mode") != "agg" else "")
                          + f"; recipes: {files}")
@@ -516,7 +516,8 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
                 lines.append("  " + re.sub(r"^>", r"\\>", pick["comparison"]))
         else:
             lines.append(f"- SLA {pick['sla']}: nothing meets it; the closest is {pick['deployment']} (row "
-                         f"{pick['row']}): {_num(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10)} tok/s per user")
+                         f"{pick['row']}): {_fixed(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10, 1)} "
+                         "tok/s per user")
     lines += [f"- {w}" for w in plan.get("warnings") or []]
     return lines
 
