@@ -100,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPU of the prefill pool, and of decode (data/gpus/gpus.csv lists them)")
     p.add_argument("--decode-gpu", metavar="GPU", help="GPU of the decode pool, if another kind (a mixed pool)")
     p.add_argument("--max-gpus", type=whole_flag(MAX_GPUS, "GPUs"), required=True, metavar="N",
-                   help="GPU budget, both pools")
+                   help="GPU budget, both pools (below the smallest prefill/decode pair: aggregated servers only)")
     shared_flag(p, "--isl", required=True)
     shared_flag(p, "--osl", required=True)
     p.add_argument("--min-tps-per-user", type=_floats, metavar="X[,X...]",
