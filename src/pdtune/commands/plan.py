@@ -210,8 +210,8 @@ def render(result: Plan, written: list[str] | None = None) -> str:
     lines = [
         f"Plan {origin}: {result.spec.name}, {pools}, at most {s.max_gpus} GPUs, ISL/OSL {s.isl}/{s.osl}",
         f"  searched {c['prefill_candidates']} prefill and {c['decode_candidates']} decode sweeps "
-        f"({c['rejected']} layouts rejected: heads, experts or memory; {c['pruned']} beaten by another of the same "
-        f"size){agg}; {c['feasible_rows']:,} disaggregated deployments fit the budget"
+        f"({c['rejected']} layouts rejected: heads, experts, memory or the budget; {c['pruned']} beaten by another "
+        f"of the same size){agg}; {c['feasible_rows']:,} disaggregated deployments fit the budget"
         + (f" ({result.no_disagg})" if result.no_disagg else ""),
         f"  dropped: {c['decode_points_above_kv_room']:,} decode points beyond their KV room, "
         f"{c['rows_over_kv_room_after_block_size']:,} rows over KV room once --block-size grows the block, "
