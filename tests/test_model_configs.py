@@ -234,3 +234,26 @@ def test_state_cli_plans_every_new_config(name: str, tp: int, capsys: pytest.Cap
     assert main(["state", name, "--max-model-len", str(length), "--tp", str(tp), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tp"] == tp and out["bytes_per_request"] > 0 and out["groups"]
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["config-json-form", "hf-quant-config-form"])
+def test_a_modelopt_fp8_release_and_its_kv_cache_by_vllm_line(tmp_path: Path, nested: bool) -> None:
+    # NVIDIA's FP8 release of Llama-3.1-8B: quantization_config quant_method modelopt, quant_algo FP8,
+    # kv_cache_quant_algo FP8, flat (config.json's form) or under "quantization" (hf_quant_config.json's).
+    # Weights: modelopt.py ModelOptFp8Config, one byte a weight. KV cache: from vLLM 0.14.0,
+    # EngineArgs.create_engine_config resolves --kv-cache-dtype auto to the declared FP8
+    # (resolve_kv_cache_dtype_string, vllm/utils/torch_utils.py); the 0.13.0 and 0.12.0 wheels have no such
+    # function and auto is the model dtype. By hand: 32 layers x 8 KV heads x 128 x 2 (K and V) = 65,536
+    # values a token; 9,216 tokens x 65,536 = 603,979,776 B in FP8, 1,207,959,552 B in BF16.
+    raw = json.loads(Path(load_model("llama-3.1-8b").source).read_text(encoding="utf-8"))
+    algo = {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+    raw["quantization_config"] = {"quant_method": "modelopt", **({"quantization": algo} if nested else algo)}
+    spec = spec_from_config(raw, source="nvidia-llama-fp8/config.json", name="llama-fp8")
+    assert spec.weights.name == "fp8" and spec.weights.dense == 1 and spec.kv_cache_quant_algo == "fp8_e4m3"
+
+    def per_request(vllm: str, kv: str = "auto") -> int:
+        return plan_state(spec, max_model_len=9216, kv_cache_dtype=kv, vllm=vllm).bytes_per_request
+
+    assert per_request("0.13") == per_request("0.11") == 9216 * 65536 * 2 == 1_207_959_552
+    assert per_request("0.14") == per_request("0.33") == 9216 * 65536 == 603_979_776
+    assert per_request("0.33", "bfloat16") == 1_207_959_552  # a dtype given is the dtype used

@@ -145,7 +145,7 @@ def _plan_state(
     notes: list[str] = []
     speculation = _speculation(spec, num_speculative_tokens, speculative_model, speculative_method, tp)
 
-    kvd = kv_dtype(_resolve_auto(spec, kv_cache_dtype), spec.dtype_bytes, sem.version)
+    kvd = kv_dtype(_resolve_auto(spec, kv_cache_dtype, sem.version), spec.dtype_bytes, sem.version)
     backend = attention_backend or _default_backend(spec, sem, kvd)
     if backend not in KERNEL_BLOCK_TOKENS:
         raise InputError("--attention-backend", "attention_backend",
@@ -281,9 +281,16 @@ def _check_max_model_len(spec: ModelSpec, max_model_len: int) -> None:
                      "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
 
 
-def _resolve_auto(spec: ModelSpec, name: str) -> str:
-    """``resolve_kv_cache_dtype_string``: "auto" becomes the checkpoint's declared KV dtype, if any."""
-    if name == "auto" and spec.kv_cache_quant_algo:
+#: The first vLLM whose ``EngineArgs.create_engine_config`` resolves ``--kv-cache-dtype auto`` to a modelopt
+#: checkpoint's declared KV dtype (``resolve_kv_cache_dtype_string``, vllm/utils/torch_utils.py): in the 0.14.0
+#: wheel, not in 0.13.0's or 0.12.0's, where "auto" is the model dtype whatever the checkpoint declares.
+RESOLVES_AUTO_FROM = "0.14.0"
+
+
+def _resolve_auto(spec: ModelSpec, name: str, vllm: str) -> str:
+    """``resolve_kv_cache_dtype_string``: "auto" becomes the checkpoint's declared KV dtype, if any (from
+    :data:`RESOLVES_AUTO_FROM`)."""
+    if name == "auto" and spec.kv_cache_quant_algo and versions.at_least(vllm, RESOLVES_AUTO_FROM):
         return spec.kv_cache_quant_algo
     if name == "bfloat16" and spec.indexer is not None:
         return "auto"  # DeepseekV32ForCausalLM's config hook

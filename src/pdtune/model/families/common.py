@@ -79,7 +79,9 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
     if not isinstance(q, dict):
         return WeightFormat(base, base, base, name=dtype)
     method = str(q.get("quant_method", "")).lower()
-    algo = str(q.get("quant_algo", "")).upper()
+    # a modelopt config nests its algorithm under "quantization" (hf_quant_config.json's form) or not
+    inner = q.get("quantization") if method == "modelopt" and isinstance(q.get("quantization"), dict) else q
+    algo = str(inner.get("quant_algo", "")).upper()
     if method == "fp8":
         block = q.get("weight_block_size") or [128, 128]
         field = "quantization_config.weight_block_size"
@@ -91,6 +93,13 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
     if method == "mxfp4":
         # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay bf16.
         return WeightFormat(base, Fraction(17, 32), base, name="mxfp4-experts")
+    if method == "modelopt" and algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+        # NVIDIA's FP8 releases (ModelOptFp8Config): one byte a weight, a scale per tensor or per output
+        # channel (4 B a row of thousands: under 0.1 %, not counted); embeddings and lm_head stay in the dtype.
+        return WeightFormat(Fraction(1), Fraction(1), base, name="fp8")
+    if method == "modelopt" and algo == "FP8_PB_WO":  # FP8 weights with 128x128 fp32 block scales
+        per = Fraction(1) + Fraction(4, 128 * 128)
+        return WeightFormat(per, per, base, name="fp8-block")
     if method == "modelopt" and algo == "NVFP4" or method == "nvfp4":
         experts_only = bool(q.get("experts_only", False)) or bool(q.get("exclude_modules"))
         nvfp4 = Fraction(9, 16)
