@@ -101,7 +101,7 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
         per = Fraction(1) + Fraction(4, 128 * 128)
         return WeightFormat(per, per, base, name="fp8-block")
     if method == "modelopt" and algo == "NVFP4" or method == "nvfp4":
-        experts_only = bool(q.get("experts_only", False)) or bool(q.get("exclude_modules"))
+        experts_only = bool(inner.get("experts_only", False)) or bool(inner.get("exclude_modules"))
         nvfp4 = Fraction(9, 16)
         return WeightFormat(base if experts_only else nvfp4, nvfp4, base, name="nvfp4")
     if method == "compressed-tensors":
