@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,16 @@ def test_a_modelopt_fp8_release_and_its_kv_cache_by_vllm_line(tmp_path: Path, ne
     assert per_request("0.13") == per_request("0.11") == 9216 * 65536 * 2 == 1_207_959_552
     assert per_request("0.14") == per_request("0.33") == 9216 * 65536 == 603_979_776
     assert per_request("0.33", "bfloat16") == 1_207_959_552  # a dtype given is the dtype used
+
+
+def test_a_modelopt_nvfp4_release_quantizes_the_attention_unless_it_is_excluded() -> None:
+    # modelopt NVFP4: 4-bit values and one fp8 scale per 16 = 9/16 B a weight. NVIDIA's dense releases exclude
+    # only lm_head, so every linear layer is NVFP4; the article's model excludes "*self_attn*" (its config in
+    # data/models/qwen3.8-2.4t), so only the experts are, the rest bf16 (2 B).
+    raw = json.loads(Path(load_model("llama-3.1-8b").source).read_text(encoding="utf-8"))
+    raw["quantization_config"] = {"quant_method": "modelopt",
+                                  "quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}}
+    assert spec_from_config(raw, name="llama-fp4").weights.dense == Fraction(9, 16)
+    raw["quantization_config"]["quantization"]["exclude_modules"].append("model.layers.*.self_attn*")
+    assert spec_from_config(raw, name="llama-fp4").weights.dense == 2
+    assert load_model("qwen3.8-2.4t").weights.dense == 2 and load_model("qwen3.8-2.4t").weights.experts == Fraction(9, 16)
