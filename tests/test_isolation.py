@@ -108,6 +108,9 @@ def test_predict_without_isolated_sweeps_says_why(disagg: Sweep) -> None:
     # the clients section: no sweeps, so the note, never "no point of these sweeps is prefill-bound"
     assert ch7.paced_example(pred, load_sweep("decode", []), S.osl) is None
     assert ch7.paced_sentence(pred, None, 0.0, 0.0, 0.0) == pred.note
+    # the KV-room check's sentence says there was nothing to check (it said "Of the 0 rate-matched points, the
+    # check removes 0")
+    assert ch7.check_sentence(pred).startswith("Without both isolated sweeps there are no rate-matched points")
 
 
 def test_the_modeled_sweeps_load_labelled(prefill: Sweep, decode: Sweep,
@@ -402,6 +405,8 @@ def test_prediction_against_the_disaggregated_sweep(prefill, decode, disagg, roo
     assert pred.summary["median_ratio"].between(0.9, 1.1).all()
     assert pred.envelope["fits_kv"].all()
     assert pred.infeasible > 0
+    assert ch7.check_sentence(pred) == (f"Of the {len(pred.rows):,} rate-matched points, the check removes "
+                                        f"{pred.infeasible:,}.")
     assert pred.unchecked_envelope["tps_per_gpu"].max() > pred.envelope["tps_per_gpu"].max()
     # TP8+EP decode rows would find TEP8's room: names are canonical in rate matching
     tep8 = pred.rows[pred.rows["decode_topology"].astype(str) == "TEP8"]

@@ -217,6 +217,13 @@ def prediction_sentence(pred: Prediction, *, modeled: bool = False) -> str:
             f"{ratio:.3f}.")
 
 
+def check_sentence(pred: Prediction) -> str:
+    """What the KV-room check removed, or that there was nothing to check (no isolated sweeps)."""
+    if not pred.available:
+        return "Without both isolated sweeps there are no rate-matched points for the check to weigh."
+    return f"Of the {len(pred.rows):,} rate-matched points, the check removes {pred.infeasible:,}."
+
+
 def prediction_ends_sentence(pred: Prediction) -> str:
     """The predicted envelope's two ends (after the KV-room check)."""
     if not pred.available or len(pred.envelope) == 0:
