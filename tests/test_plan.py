@@ -324,6 +324,16 @@ def test_a_budget_only_one_aggregated_server_fits(capsys: pytest.CaptureFixture[
     assert "smallest disaggregated deployment" in plan["no_disagg"]
 
 
+def test_a_plan_of_aggregated_servers_only_runs_through_the_simulation(capsys: pytest.CaptureFixture[str]) -> None:
+    """Qwen3-32B in BF16 on 2 H100s: one TP2 server, no pair (TP1 does not hold the weights and a request); the
+    simulated evaluator reports every row of a plan with no disaggregated row."""
+    assert main(["plan", "qwen3-32b", "--gpu", "h100", "--max-gpus", "2", "--isl", "1024", "--osl", "128",
+                 "--min-tps-per-user", "20", "--latency-model", "simulated", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["no_disagg"] and {r["mode"] for r in plan["rows"]} == {"agg"}
+    assert {r["latency_model"] for r in plan["rows"]} == {"simulated (pdtune.sim)"} and plan["picks"][0]["met"]
+
+
 def test_an_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     _bad(["plan", "deepseek-v3", "--gpu", "mi300x", "--max-gpus", "72", "--isl", "8192", "--osl", "1024"],
          capsys, "unknown GPU 'mi300x'")
