@@ -77,7 +77,9 @@ def _check_rows(p: Plan) -> None:
             topo = parse_topology(row["topology"])
             assert row["agg_replicas"] == p.settings.max_gpus // topo.gpus
             assert row["gpus_total"] == row["agg_replicas"] * topo.gpus
-            assert row["deployment"] == f"{row['agg_replicas']}x{topo.canonical}"
+            # a mixed plan's servers say which GPU kind they run on (servers of both kinds are in it)
+            on = f" on {row['prefill_gpu']}" if p.settings.mixed else ""
+            assert row["deployment"] == f"{row['agg_replicas']}x{topo.canonical}{on}"
             assert row["concurrency"] == row["agg_replicas"] * row["server_concurrency"]
             assert row["kv_transfer_ms"] == 0 and row["n_prefill_workers"] is None and row["gpus_prefill"] is None
             for key in AGG_INTEGER_COLUMNS:

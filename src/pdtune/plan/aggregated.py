@@ -97,7 +97,8 @@ def aggregated_pool(spec: ModelSpec, gpu: GpuSpec, s: PlanSettings, eff: Efficie
         replicas = s.max_gpus // topo.gpus
         life_s = (ttft + (s.osl - 1) * tpot) / 1000.0
         server_tps = c_arr * (s.isl + s.osl) / life_s
-        label = f"{replicas}x{topo.canonical}"
+        # a mixed plan has servers of each GPU kind: the label says which, as a pair's layouts say its pools
+        label = f"{replicas}x{topo.canonical}" + (f" on {gpu.name}" if s.mixed else "")
         pool.layouts.append(topo.canonical)
         n = len(points)
         pool.rows.append(pd.DataFrame({
