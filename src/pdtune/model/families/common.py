@@ -94,8 +94,8 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
         # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay bf16.
         return WeightFormat(base, Fraction(17, 32), base, name="mxfp4-experts")
     if method == "modelopt" and algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
-        # NVIDIA's FP8 releases (ModelOptFp8Config): one byte a weight, a scale per tensor or per output
-        # channel (4 B a row of thousands: under 0.1 %, not counted); embeddings and lm_head stay in the dtype.
+        # NVIDIA's FP8 releases (ModelOptFp8Config): one byte a weight and a scale per tensor or per output
+        # channel (4 B a row of thousands of weights, at most 0.1 %: not counted); embeddings stay in the dtype.
         return WeightFormat(Fraction(1), Fraction(1), base, name="fp8")
     if method == "modelopt" and algo == "FP8_PB_WO":  # FP8 weights with 128x128 fp32 block scales
         per = Fraction(1) + Fraction(4, 128 * 128)
