@@ -23,6 +23,7 @@ from pdtune.cli import main
 from pdtune.errors import InputError
 from pdtune.model import LayerKind, load_model
 from pdtune.model.load import spec_from_config
+from pdtune.precision import checkpoint_formats
 from pdtune.paths import clusters_dir, models_dir
 from pdtune.state import StatePlan, plan_state
 from pdtune.units import cdiv
@@ -271,3 +272,31 @@ def test_a_modelopt_nvfp4_release_quantizes_the_attention_unless_it_is_excluded(
     raw["quantization_config"]["quantization"]["exclude_modules"].append("model.layers.*.self_attn*")
     assert spec_from_config(raw, name="llama-fp4").weights.dense == 2
     assert load_model("qwen3.8-2.4t").weights.dense == 2 and load_model("qwen3.8-2.4t").weights.experts == Fraction(9, 16)
+
+
+@pytest.mark.parametrize(("quantization", "name", "per_weight"), [
+    # awq.py AWQConfig: 4-bit weights; per group of 128 input rows, an fp16 scale and a 4-bit zero point for each
+    # output column: 1/2 + (2 + 1/2) / 128 = 133/256 B a weight.
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+     "int4-awq-g128", Fraction(133, 256)),
+    # gptq.py GPTQConfig: the same packing (qweight, qzeros, scales); g_idx's 4 B a row is not counted.
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "int4-gptq-g128",
+     Fraction(133, 256)),
+    # compressed-tensors w4a16 of a dense model (only lm_head ignored): 1/2 + 2/128 = 33/64 on every linear layer.
+    ({"quant_method": "compressed-tensors", "ignore": ["lm_head"], "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "group_size": 128, "type": "int"}}}},
+     "int4-g128", Fraction(33, 64)),
+])
+def test_int4_group_checkpoints_quantize_every_linear_layer(quantization: dict, name: str,
+                                                           per_weight: Fraction) -> None:
+    """AWQ, GPTQ and compressed-tensors w4a16 releases of a dense model (Llama-3.1-8B): the linear layers at the
+    packed size, the embeddings and lm_head in bf16, and the matmuls in BF16 (the w4a16 kernels). They were
+    refused ("unsupported quantization 'awq'") or counted at BF16 with FP4 math."""
+    raw = json.loads(Path(load_model("llama-3.1-8b").source).read_text(encoding="utf-8"))
+    spec = spec_from_config({**raw, "quantization_config": quantization}, name="llama-int4")
+    assert spec.weights.name == name and spec.weights.dense == spec.weights.experts == per_weight
+    assert spec.weights.embedding == 2
+    assert [f.name for f in checkpoint_formats(spec)] == ["int4-w4a16", "int4-w4a16"]
+    # Kimi-K2.5 leaves its attention out ("re:.*self_attn.*"): int4 experts, bf16 dense, as before
+    kimi = load_model("kimi-k2.5")
+    assert kimi.weights.dense == 2 and kimi.weights.experts == Fraction(9, 16)

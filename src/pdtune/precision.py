@@ -113,7 +113,7 @@ def _formats(w: WeightFormat) -> tuple[Format, Format]:
     int4 = "int4" in w.name.lower()
 
     def of(bytes_per_param: Fraction) -> Format:
-        if int4 and bytes_per_param == FORMATS["int4-w4a16"].bytes_per_param:
+        if int4 and bytes_per_param < 1:  # any group size: 4-bit weights multiplied in BF16
             return FORMATS["int4-w4a16"]
         return _format_of(bytes_per_param)
 

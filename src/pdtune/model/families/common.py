@@ -110,11 +110,21 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
         return WeightFormat(base if experts_only else nvfp4, nvfp4, base, name="nvfp4")
     if method == "compressed-tensors":
         return _compressed_tensors(cfg, q, base)
+    if method in ("awq", "gptq"):
+        return _int_groups(cfg, q, method, base)
     raise InputError(cfg.source, "quantization_config.quant_method", f"unsupported quantization {method or algo!r}")
 
 
+def _keeps_attention(excluded: Any) -> bool:
+    """Whether a quantization config's list of modules left unquantized names the attention (``*self_attn*``):
+    then only the experts (and other MLPs) are quantized, else every linear layer but the ones it lists."""
+    return isinstance(excluded, list) and any("attn" in str(m) for m in excluded)
+
+
 def _compressed_tensors(cfg: Config, q: dict[str, Any], base: Fraction) -> WeightFormat:
-    """compressed-tensors int4 group quantization (Kimi-K2.5's experts): 4 bits plus a bf16 scale per group."""
+    """compressed-tensors int4 group quantization: 4 bits plus a bf16 scale per group, on the experts only when
+    the config leaves the attention out (Kimi-K2.5), else on every linear layer (the w4a16 releases of dense
+    models, which leave out only lm_head)."""
     groups = q.get("config_groups") or {}
     for group in groups.values() if isinstance(groups, dict) else []:
         weights = group.get("weights") if isinstance(group, dict) else None
@@ -122,10 +132,28 @@ def _compressed_tensors(cfg: Config, q: dict[str, Any], base: Fraction) -> Weigh
             size = limits.whole_number(weights.get("group_size") or 32, cfg.source,
                                        "quantization_config.config_groups.weights.group_size",
                                        maximum=limits.MAX_WIDTH)
-            return WeightFormat(base, Fraction(1, 2) + Fraction(2, size), base, name=f"int4-g{size}")
+            int4 = Fraction(1, 2) + Fraction(2, size)
+            dense = base if _keeps_attention(q.get("ignore")) else int4
+            return WeightFormat(dense, int4, base, name=f"int4-g{size}")
         if isinstance(weights, dict) and weights.get("num_bits") == 8:
             return WeightFormat(Fraction(1), Fraction(1), base, name="int8/fp8")
     raise InputError(cfg.source, "quantization_config.config_groups", "no weight scheme pdtune understands")
+
+
+def _int_groups(cfg: Config, q: dict[str, Any], method: str, base: Fraction) -> WeightFormat:
+    """AWQ and GPTQ (vLLM's awq.py / gptq.py configs): ``bits``-bit weights, and per group of ``group_size`` input
+    rows an fp16 scale and a ``bits``-bit zero point for each output column (GPTQ's per-row g_idx, 4 B a row of
+    thousands of weights, is not counted); group_size -1 is one group per column (scales negligible)."""
+    bits = limits.whole_number(q.get("bits", q.get("w_bit", 4)), cfg.source, "quantization_config.bits",
+                               maximum=8)
+    if bits not in (4, 8):
+        raise InputError(cfg.source, "quantization_config.bits", f"{bits}-bit {method} is not a format pdtune "
+                                                                 "knows (4 or 8)")
+    size = q.get("group_size", q.get("q_group_size", 128))
+    if size != -1:
+        size = limits.whole_number(size, cfg.source, "quantization_config.group_size", maximum=limits.MAX_WIDTH)
+    per = Fraction(bits, 8) + ((Fraction(2) + Fraction(bits, 8)) / size if size != -1 else 0)
+    return WeightFormat(per, per, base, name=f"int{bits}-{method}-g{size}")  # embeddings stay in the dtype
 
 
 def mtp_layers(cfg: Config, default: int = 0) -> int:
