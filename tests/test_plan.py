@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -326,6 +327,18 @@ def test_a_budget_only_one_aggregated_server_fits(capsys: pytest.CaptureFixture[
     assert "smallest disaggregated deployment" in plan["no_disagg"]
 
 
+def test_one_gpu_is_a_budget_for_a_server(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Llama-3.1-8B on one H100: one TP1 server, the only deployment there is. Every sentence of the report and the
+    recipes counts one GPU in the singular."""
+    assert main(["plan", "llama-3.1-8b", "--gpu", "h100", "--max-gpus", "1", "--isl", "1024", "--osl", "1024",
+                 "--recipes", str(tmp_path / "rec")]) == 0
+    text = capsys.readouterr().out
+    assert "at most 1 GPU," in text and "(aggregated, 1 GPU)" in text and "no disaggregated deployment fits 1 GPU." in text
+    written = "".join(f.read_text(encoding="utf-8") for f in (tmp_path / "rec").iterdir())
+    assert written and "at most 1 GPU)" in written
+    assert not re.search(r"\b1 GPUs\b", text + written)
+
+
 def test_a_plan_of_aggregated_servers_only_runs_through_the_simulation(capsys: pytest.CaptureFixture[str]) -> None:
     """Qwen3-32B in BF16 on 2 H100s: one TP2 server, no pair (TP1 does not hold the weights and a request); the
     simulated evaluator reports every row of a plan with no disaggregated row."""
@@ -352,7 +365,10 @@ def test_an_sla_nothing_meets_names_the_closest_and_writes_nothing(tmp_path: Pat
 
 
 def test_other_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    _bad([*BASE, "--max-gpus", "1"], capsys, "at least 2 GPUs")
+    _bad([*BASE, "--max-gpus", "1", "--no-aggregated"], capsys, "at least 2 GPUs")
+    # with aggregated servers one GPU is a budget; DeepSeek-V3 fits no server on one GB200, and the line says so
+    _bad([*BASE, "--max-gpus", "1"], capsys, "1 GPU is fewer than the smallest disaggregated deployment",
+         "no aggregated server fits 1 GPU either")
     _bad([*BASE, "--max-gpus", "72", "--calibration", str(tmp_path / "cal.yaml")], capsys, "cal.yaml: file",
          "no such file")
     _bad([*BASE, "--max-gpus", "72", "--prefill-topologies", "TP3X"], capsys, "topology")

@@ -17,6 +17,11 @@ from pdtune.guarded import bundled, read_csv_table
 from pdtune.paths import data_dir
 from pdtune.units import GiB
 
+
+def gpu_count(n: int) -> str:
+    """``n`` GPUs in words ("1 GPU", "16 GPUs"): a budget of one GPU is planned too (an aggregated server)."""
+    return f"{n:,} GPU{'' if n == 1 else 's'}"
+
 #: The math formats a weight class can run in, narrowest last.
 DTYPES = ("bf16", "fp8", "fp4")
 

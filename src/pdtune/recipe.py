@@ -56,6 +56,7 @@ import yaml
 
 from pdtune import guarded
 from pdtune.errors import InputError
+from pdtune.gpus import gpu_count
 from pdtune.io import FolderSwap, write_text
 from pdtune.memory import default_max_num_batched_tokens
 from pdtune.paths import data_dir
@@ -323,7 +324,7 @@ def _provenance(plan: dict[str, Any], what: str, *, dynamo: tuple[DynamoRelease,
     origin = ("MODELED: the numbers below come from pdtune.perfmodel predictions rate-matched by pdtune plan, "
               "not from measurements") if plan.get("modeled") else "from measured isolated sweeps"
     lines = [f"{what}", f"Written by pdtune recipe from a pdtune plan of {plan['model']['name']} "
-             f"(ISL/OSL {s['isl']}/{s['osl']}, at most {s['max_gpus']} GPUs); {origin}; latencies from the "
+             f"(ISL/OSL {s['isl']}/{s['osl']}, at most {gpu_count(s['max_gpus'])}); {origin}; latencies from the "
              f"{plan.get('latency_model', 'steady-state')} model.",
              "model.path is an alias: map it in srtslurm.yaml model_paths."]
     if dynamo is None:
@@ -506,12 +507,12 @@ def _agg_recipe(plan: dict[str, Any], row: dict[str, Any], *, model_path: str | 
         _checked(config_flags(cfg), serve=False, where=f"{row['deployment']} aggregated", version=version)
     header = _provenance(plan, f"Aggregated deployment: plan row {row['row']}, {row['deployment']} ({replicas} "
                                f"replica{'s' if replicas > 1 else ''} of one vllm serve server) on "
-                               f"{row['gpus_total']} GPUs.", dynamo=dynamo)
+                               f"{gpu_count(row['gpus_total'])}.", dynamo=dynamo)
     header += [f"Predicted at concurrency {row['concurrency']} ({row['server_concurrency']} per replica): "
                f"{row['tps_per_gpu']:,.0f} total tokens/s per GPU, "
                f"{math.floor(row['tps_per_user'] * 10 + 1e-9) / 10:.1f} tokens/s per user, TTFT "
                f"{math.ceil(row['ttft_ms_p50'] - 1e-9):,} ms.",
-               f"Nodes: {nodes_used(workers)} of {gpn} GPUs for {row['gpus_total']} GPUs of servers."]
+               f"Nodes: {nodes_used(workers)} of {gpn} GPUs for {gpu_count(row['gpus_total'])} of servers."]
     if replicas > 1:
         header.append("Dynamo's router spreads the requests over the replicas (srt-slurm's frontend.type: vllm "
                       "runs one server only); the serve script starts the same replicas without Dynamo.")
@@ -624,7 +625,7 @@ def serve_script(plan: dict[str, Any], row: dict[str, Any], *, model_path: str |
     nodes = nodes_used(workers)
     lines = ["#!/usr/bin/env bash",
              f"# {row['deployment']}: plan row {row['row']} ({row['mode']}) as `vllm serve` commands of vLLM "
-             f"{VLLM_VERSION} ({CONTAINER}, no Dynamo), {row['gpus_total']} GPUs on {nodes} node(s) of {gpn}.",
+             f"{VLLM_VERSION} ({CONTAINER}, no Dynamo), {gpu_count(row['gpus_total'])} on {nodes} node(s) of {gpn}.",
              f"# Run it on every node with the node's index: serve-row{row['row']}-...sh 0 .. {nodes - 1}; set "
              "NODE0 ... to the nodes' addresses (NODE0 leads every engine that spans nodes).",
              f"# {how}",

@@ -86,9 +86,8 @@ class PlanParameters:
         if self.max_gpus > limits.MAX_GPUS:
             raise InputError(source, "plan.max_gpus", f"{self.max_gpus:,} is more than the {limits.MAX_GPUS:,} "
                                                       "pdtune accepts")
-        if self.max_gpus < 2:
-            raise InputError(source, "plan.max_gpus", "a disaggregated deployment needs at least 2 GPUs (one per "
-                                                      f"pool), got {self.max_gpus}")
+        if self.max_gpus < 1:  # one GPU holds an aggregated server (a pair needs two: the plan says so)
+            raise InputError(source, "plan.max_gpus", f"must be at least 1 GPU, got {self.max_gpus}")
         if not self.min_tps_per_user:
             raise InputError(source, "plan.min_tps_per_user", "the list is empty; leave the key out for the "
                                                               "default floors")

@@ -51,7 +51,8 @@ def search_sentence(planned: Planned) -> str:
     p = planned.plan
     pools = (p.prefill_gpu.name if not p.settings.mixed
              else f"{p.prefill_gpu.name} (prefill) and {p.decode_gpu.name} (decode)")
-    return (f"On at most {n['max-gpus']} {pools} GPUs, {p.spec.name} admits {n['prefill']} prefill and "
+    gpus = f"{pools} GPU{'' if n['max-gpus'] == 1 else 's'}"
+    return (f"On at most {n['max-gpus']} {gpus}, {p.spec.name} admits {n['prefill']} prefill and "
             f"{n['decode']} decode candidates ({n['rejected']} layouts rejected, {n['pruned']} beaten by another "
             f"of the same size); rate matching gives {n['rows']:,} disaggregated deployments that fit the budget"
             f"{f' ({p.no_disagg})' if p.no_disagg else ''}, {n['frontier']} rows of either mode on the frontier, "

@@ -199,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(result: Plan, written: list[str] | None = None) -> str:
+    from pdtune.gpus import gpu_count
+
     s = result.settings
     c = result.counts
     pools = s.gpu if not s.mixed else f"prefill on {s.gpu}, decode on {s.decode_gpu_name}"
@@ -208,7 +210,7 @@ def render(result: Plan, written: list[str] | None = None) -> str:
            f"{c['aggregated_rejected']} layouts rejected, {c['aggregated_points_above_kv_room']:,} points beyond "
            "their KV room dropped)") if s.aggregated else "; aggregated rows left out"
     lines = [
-        f"Plan {origin}: {result.spec.name}, {pools}, at most {s.max_gpus} GPUs, ISL/OSL {s.isl}/{s.osl}",
+        f"Plan {origin}: {result.spec.name}, {pools}, at most {gpu_count(s.max_gpus)}, ISL/OSL {s.isl}/{s.osl}",
         f"  searched {c['prefill_candidates']} prefill and {c['decode_candidates']} decode sweeps "
         f"({c['rejected']} layouts rejected: heads, experts, memory or the budget; {c['pruned']} beaten by another "
         f"of the same size){agg}; {c['feasible_rows']:,} disaggregated deployments fit the budget"

@@ -236,7 +236,7 @@ class PlanSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')}", name, f"must be a whole number >= 1, got {value!r}")
-        if self.max_gpus < 2:
+        if self.max_gpus < 2 and not self.aggregated:  # one GPU holds a server, never a prefill/decode pair
             raise InputError("--max-gpus", "max_gpus",
                              f"a disaggregated deployment needs at least 2 GPUs (one per pool), got {self.max_gpus}")
         if self.osl < 2:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.frontier import upper_envelope
+from pdtune.gpus import gpu_count
 from pdtune.plan.aggregated import bottleneck_words
 from pdtune.plan.evaluate import SIMULATED, Evaluator
 from pdtune.plan.inputs import ROW_COLUMNS, PlanSettings, Sla, TtftCeiling
@@ -299,7 +300,7 @@ MODE_WORDS = {"agg": "aggregated", "disagg": "disaggregated"}
 
 
 def _row_brief(r: dict[str, Any]) -> str:
-    return f"{r['deployment']} ({MODE_WORDS.get(str(r['mode']), r['mode'])}, {r['gpus_total']} GPUs)"
+    return f"{r['deployment']} ({MODE_WORDS.get(str(r['mode']), r['mode'])}, {gpu_count(r['gpus_total'])})"
 
 
 def picks_sentence(p: PlanView, pick: Pick) -> str:
@@ -308,7 +309,7 @@ def picks_sentence(p: PlanView, pick: Pick) -> str:
     if not pick.met:
         assert pick.closest_row is not None
         r = p.row(pick.closest_row)
-        return (f"{pick.sla.describe()}: nothing meets it within {p.settings.max_gpus} GPUs; the closest is row "
+        return (f"{pick.sla.describe()}: nothing meets it within {gpu_count(p.settings.max_gpus)}; the closest is row "
                 f"{pick.closest_row}, {_row_brief(r)} ({floor_to(r['tps_per_user'], 1):.1f} tokens/s per user, "
                 f"TTFT {ceil_to(r['ttft_ms_p50']):,.0f} ms)")
     assert pick.row is not None
@@ -347,11 +348,11 @@ def comparison_sentence(p: PlanView, pick: Pick) -> str:
     if not p.settings.aggregated:
         return f"{what}: aggregated serving was not planned (--no-aggregated)."
     if pick.best_agg is None and pick.best_disagg is None:
-        return f"{what}: neither aggregated nor disaggregated serving meets it within {p.settings.max_gpus} GPUs."
+        return f"{what}: neither aggregated nor disaggregated serving meets it within {gpu_count(p.settings.max_gpus)}."
     if pick.best_agg is None or pick.best_disagg is None:
         only, other = ("agg", "disagg") if pick.best_agg is not None else ("disagg", "agg")
         r = p.row(pick.best_agg if only == "agg" else pick.best_disagg)  # type: ignore[arg-type]
-        none = (f"fits {p.settings.max_gpus} GPUs" if only == "agg" and p.no_disagg else "does")
+        none = (f"fits {gpu_count(p.settings.max_gpus)}" if only == "agg" and p.no_disagg else "does")
         return (f"{what}: only {MODE_WORDS[only]} serving meets it ({r['deployment']}, row {r['row']}, "
                 f"{r['tps_per_gpu']:,.0f} tokens/s per GPU); no {MODE_WORDS[other]} deployment {none}.")
     a, d = p.row(pick.best_agg), p.row(pick.best_disagg)

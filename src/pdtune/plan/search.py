@@ -12,7 +12,7 @@ import pandas as pd
 
 from pdtune.errors import InputError
 from pdtune.frontier.xpyd import IsolatedSweep, RatePairs
-from pdtune.gpus import GpuSpec, load_gpu
+from pdtune.gpus import GpuSpec, gpu_count, load_gpu
 from pdtune.model import ModelSpec, load_model
 from pdtune.precision import parse_weights_dtype
 from pdtune.perfmodel import build_engine
@@ -337,7 +337,7 @@ def plan(
         if not s.aggregated:
             raise budget_error
         raise InputError(budget_error.source, budget_error.field,
-                         f"{budget_error.message}; no aggregated server fits {s.max_gpus} GPUs either")
+                         f"{budget_error.message}; no aggregated server fits {gpu_count(s.max_gpus)} either")
     rows = pd.concat(parts, ignore_index=True)
     # the staircase counted the disaggregated rows; the aggregated ones are all here
     agg = rows["mode"].astype(str) == "agg"
@@ -427,7 +427,8 @@ def _check_budget(spec: ModelSpec, s: PlanSettings, pools: dict[str, Pool], pref
                          "request")
     label, gpus = smallest
     raise InputError("--max-gpus", "max_gpus",
-                     f"{s.max_gpus} GPUs are fewer than the smallest disaggregated deployment of {where}: {label} "
+                     f"{gpu_count(s.max_gpus)} {'is' if s.max_gpus == 1 else 'are'} fewer than the smallest "
+                     f"disaggregated deployment of {where}: {label} "
                      f"needs {gpus} GPUs")
 
 

@@ -37,7 +37,7 @@ from pdtune.frontier import (
     upper_envelope,
     winner_runs,
 )
-from pdtune.gpus import load_gpu
+from pdtune.gpus import gpu_count, load_gpu
 from pdtune.io import plain, write_text
 from pdtune.model import ModelSpec, load_model
 from pdtune.results import load_results, parse_gpus
@@ -497,16 +497,18 @@ def _plan_section(plan: dict[str, Any] | None) -> list[str]:
         f"prefill on {plan['prefill_gpu']}, decode on {plan['decode_gpu']}")
     c = plan["candidates"]
     lines = ["", "## Plan", "",
-             f"{_tag(plan['modeled'])}: `pdtune plan` of {plan['model']} on {pools}, at most {plan['max_gpus']} GPUs, "
-             f"ISL/OSL {plan['isl']}/{plan['osl']}, vLLM {plan['vllm']}: {c['prefill']} prefill and {c['decode']} "
-             f"decode candidates, {_num(plan['feasible_rows'])} rate-matched disaggregated deployments"
+             f"{_tag(plan['modeled'])}: `pdtune plan` of {plan['model']} on {pools}, at most "
+             f"{gpu_count(plan['max_gpus'])}, ISL/OSL {plan['isl']}/{plan['osl']}, vLLM {plan['vllm']}: "
+             f"{c['prefill']} prefill and {c['decode']} decode candidates, {_num(plan['feasible_rows'])} "
+             "rate-matched disaggregated deployments"
              f"{' (' + plan['no_disagg'] + ')' if plan.get('no_disagg') else ''}, searched in "
              f"{plan['seconds']:.1f} s. Written to `{plan['file']}` (what `pdtune recipe` reads).", ""]
     for pick in plan["picks"]:
         if pick["met"]:
             files = ", ".join(f"`{r}`" for r in pick.get("recipes") or []) or "none written (`plan.recipes: false`)"
-            lines.append(f"- SLA {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on {pick['gpus_total']} "
-                         f"GPUs at concurrency {pick['concurrency']}: {pick['tps_per_gpu']:,.0f} tok/s per GPU, "
+            lines.append(f"- SLA {pick['sla']}: **{pick['deployment']}** (row {pick['row']}) on "
+                         f"{gpu_count(pick['gpus_total'])} at concurrency {pick['concurrency']}: "
+                         f"{pick['tps_per_gpu']:,.0f} tok/s per GPU, "
                          f"{_fixed(math.floor(pick['tps_per_user'] * 10 + 1e-9) / 10, 1)} tok/s per user, TTFT "
                          f"{_num(math.ceil(pick['ttft_ms_p50'] - 1e-9), 0)} ms"
                          + (f" ({pick['kv_transfer_share']:.1%} KV transfer)" if pick.get("mode") != "agg" else "")
