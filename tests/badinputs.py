@@ -728,7 +728,8 @@ def build(root: Path) -> list[Case]:
 
     # the workbook's plan section, draft model, DCP and calibration: refused before anything runs
     head = base.split("\nplan:", 1)[0]
-    for name, plan, key in (("plan-not-a-map", "plan: 16", "plan"), ("plan-max-gpus-0", "plan: {max_gpus: 0}", "plan.max_gpus"),
+    for name, plan, key in (("plan-not-a-map", "plan: 16", "plan"),
+                            ("plan-max-gpus-0", "plan: {max_gpus: 0}", "plan.max_gpus"),
                             ("plan-max-gpus-text", "plan: {max_gpus: many}", "plan.max_gpus"),
                             ("plan-max-gpus-huge", "plan: {max_gpus: 1e400}", "plan.max_gpus"),
                             ("plan-floor-negative", "plan: {min_tps_per_user: [-5]}", "plan.min_tps_per_user"),

@@ -333,7 +333,8 @@ def test_one_gpu_is_a_budget_for_a_server(capsys: pytest.CaptureFixture[str], tm
     assert main(["plan", "llama-3.1-8b", "--gpu", "h100", "--max-gpus", "1", "--isl", "1024", "--osl", "1024",
                  "--recipes", str(tmp_path / "rec")]) == 0
     text = capsys.readouterr().out
-    assert "at most 1 GPU," in text and "(aggregated, 1 GPU)" in text and "no disaggregated deployment fits 1 GPU." in text
+    assert "at most 1 GPU," in text and "(aggregated, 1 GPU)" in text
+    assert "no disaggregated deployment fits 1 GPU." in text
     written = "".join(f.read_text(encoding="utf-8") for f in (tmp_path / "rec").iterdir())
     assert written and "at most 1 GPU)" in written
     assert not re.search(r"\b1 GPUs\b", text + written)

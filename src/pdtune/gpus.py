@@ -18,9 +18,11 @@ from pdtune.paths import data_dir
 from pdtune.units import GiB
 
 
-def gpu_count(n: int) -> str:
-    """``n`` GPUs in words ("1 GPU", "16 GPUs"): a budget of one GPU is planned too (an aggregated server)."""
-    return f"{n:,} GPU{'' if n == 1 else 's'}"
+def gpu_count(n: int, kind: str = "") -> str:
+    """``n`` GPUs in words, of ``kind`` if given ("1 GPU", "16 h200 GPUs"): a budget of one GPU is planned too
+    (an aggregated server)."""
+    return f"{n:,} {kind + ' ' if kind else ''}GPU{'' if n == 1 else 's'}"
+
 
 #: The math formats a weight class can run in, narrowest last.
 DTYPES = ("bf16", "fp8", "fp4")

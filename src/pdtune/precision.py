@@ -108,8 +108,8 @@ def _formats(w: WeightFormat) -> tuple[Format, Format]:
     named = _named_parts(w)
     if named is not None:
         return named
-    # INT4 group-quantized checkpoints (compressed-tensors, Kimi-K2's "int4-g32") weigh what NVFP4 weighs but
-    # multiply in BF16: the loader's name tells them apart.
+    # INT4 group-quantized checkpoints (compressed-tensors, AWQ, GPTQ; Kimi-K2's "int4-g32" weighs what NVFP4
+    # weighs) multiply in BF16, not in FP4: the loader's name tells them apart.
     int4 = "int4" in w.name.lower()
 
     def of(bytes_per_param: Fraction) -> Format:

@@ -385,6 +385,12 @@ def default_name(line: str) -> str:
     return line.split(" = ", 1)[0].strip()
 
 
+def carried_over(line: str) -> bool:
+    """Whether a :meth:`DefaultUsed.line` is one of the article's values: the reasons written for those (origin
+    ``article``) say "carried over", and no other reason uses the words."""
+    return "carried over" in line
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(str(v) for v in value) + "]" if value else "none"

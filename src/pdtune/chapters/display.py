@@ -246,15 +246,19 @@ def defaults_note(lines: Sequence[str], chapter: str) -> _Html | None:
 
     if not lines:
         return None
-    from pdtune.scenario import default_name
+    from pdtune.scenario import carried_over, default_name
     from pdtune.workbook.chapter import first_chapter_of
 
     mine = [line for line in lines if first_chapter_of(default_name(line)) == chapter]
     if not mine:
         return None
-    carried = sum("carried over" in line for line in mine)
-    n = len(mine)
-    share = ("none" if carried == 0 else ("all" if n > 1 else "") if carried == n else f"{carried} of them")
+    carried, n = sum(map(carried_over, mine)), len(mine)
+    if carried == 0:
+        share = "none"
+    elif carried < n:
+        share = f"{carried} of them"
+    else:
+        share = "all" if n > 1 else ""  # "1 value, carried over"
     title = (f"Not from your parameters file: {n} value{'s' if n != 1 else ''}, "
              f"{share + ' ' if share else ''}carried over from the article's setup")
     items = "".join(f"<li><code>{html.escape(default_name(line))}</code> = "

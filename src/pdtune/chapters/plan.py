@@ -15,6 +15,7 @@ import pandas as pd
 from pdtune import article
 from pdtune.errors import InputError
 from pdtune.frontier import sla_pick, upper_envelope
+from pdtune.gpus import gpu_count
 from pdtune.plan import Plan, Sla, comparison_sentence, picks_sentence
 from pdtune.recipe import engine_loads, row_engines, row_recipes, serve_script
 from pdtune.transfer import NVLINK, SCALE_OUT, link_table, load_link
@@ -51,8 +52,7 @@ def search_sentence(planned: Planned) -> str:
     p = planned.plan
     pools = (p.prefill_gpu.name if not p.settings.mixed
              else f"{p.prefill_gpu.name} (prefill) and {p.decode_gpu.name} (decode)")
-    gpus = f"{pools} GPU{'' if n['max-gpus'] == 1 else 's'}"
-    return (f"On at most {n['max-gpus']} {gpus}, {p.spec.name} admits {n['prefill']} prefill and "
+    return (f"On at most {gpu_count(n['max-gpus'], pools)}, {p.spec.name} admits {n['prefill']} prefill and "
             f"{n['decode']} decode candidates ({n['rejected']} layouts rejected, {n['pruned']} beaten by another "
             f"of the same size); rate matching gives {n['rows']:,} disaggregated deployments that fit the budget"
             f"{f' ({p.no_disagg})' if p.no_disagg else ''}, {n['frontier']} rows of either mode on the frontier, "

@@ -317,8 +317,8 @@ def plan(
         budget_error = e
     disagg, space, transfers = _match(spec, s, pools, prefill_gpu, decode_gpu, factors, p90)
     if disagg is None and budget_error is None:
-        budget_error = InputError("--max-gpus", "max_gpus", f"no rate-matched deployment of at most {s.max_gpus} "
-                                  "GPUs is feasible (KV room or link limits)")
+        budget_error = InputError("--max-gpus", "max_gpus", f"no rate-matched deployment of at most "
+                                  f"{gpu_count(s.max_gpus)} is feasible (KV room or link limits)")
     counts = dict(space.stairs.counts)
     agg_rejected: list[Rejected] = []
     agg_layouts = agg_dropped = 0

@@ -41,7 +41,7 @@ from pdtune.gpus import gpu_count, load_gpu
 from pdtune.io import plain, write_text
 from pdtune.model import ModelSpec, load_model
 from pdtune.results import load_results, parse_gpus
-from pdtune.scenario import RESULT_KINDS, Scenario
+from pdtune.scenario import RESULT_KINDS, Scenario, carried_over, default_name
 from pdtune.state import StatePlan, plan_state
 from pdtune.units import GiB, MiB
 
@@ -528,7 +528,7 @@ def _defaults_section(lines: Sequence[str]) -> list[str]:
     """Every parameter the file left out, and where its value comes from (nothing is inherited silently)."""
     if not lines:
         return []
-    n, k = len(lines), sum("carried over" in line for line in lines)
+    n, k = len(lines), sum(map(carried_over, lines))
     setup = "carried over from the article's setup (Qwen3.8-2.4T on GB300)"
     if k == 0:
         carried = f"none is {setup}."
@@ -540,7 +540,7 @@ def _defaults_section(lines: Sequence[str]) -> list[str]:
     out = ["## Values your parameters file did not give", "",
            f"{n} parameter{'s are' if n != 1 else ' is'} not in the file; {carried} Give {it} in the file to "
            f"replace {it}.", ""]
-    return out + [f"- `{line.split(' = ', 1)[0]}` = {line.split(' = ', 1)[1]}" for line in lines] + [""]
+    return out + [f"- `{default_name(line)}` = {line.split(' = ', 1)[1]}" for line in lines] + [""]
 
 
 def summary_record(numbers: KeyNumbers, params: Parameters, chapters: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -103,9 +103,8 @@ def weight_format(cfg: Config, dtype: str) -> WeightFormat:
     if method == "modelopt" and algo == "NVFP4" or method == "nvfp4":
         # Experts only when the attention is left in the dtype (the article's model: "*self_attn*"); NVIDIA's
         # dense releases exclude only lm_head and quantize every linear layer.
-        excluded = inner.get("exclude_modules") or inner.get("ignore") or []
-        attention_kept = isinstance(excluded, list) and any("attn" in str(m) for m in excluded)
-        experts_only = bool(inner.get("experts_only", False)) or attention_kept
+        excluded = inner.get("exclude_modules") or inner.get("ignore")
+        experts_only = bool(inner.get("experts_only", False)) or _keeps_attention(excluded)
         nvfp4 = Fraction(9, 16)
         return WeightFormat(base if experts_only else nvfp4, nvfp4, base, name="nvfp4")
     if method == "compressed-tensors":
